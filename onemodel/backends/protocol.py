@@ -1,0 +1,91 @@
+"""The kernel seam: what a backend is, and the entry points operators and eager code call.
+
+Everything above this seam (tensors' users, the graph runtime, sessions) is backend-agnostic; a
+backend (NumPy on the CPU, CuPy on the GPU) implements `Kernels` and is chosen once per session
+through `KernelPaths`. The first entry points are those of seed 002 §9; the graph runtime adds
+more as operators need them.
+
+Conventions shared by every entry point: inputs are tensors of the backend's memory with
+arbitrary strides; the caller allocates the output (and expands broadcasts to stride 0 first, so
+the operands of `binary` all have the output's shape); kernels write only through
+`out.mutable_data()`, which advances the output buffer's version.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Protocol, runtime_checkable
+
+from onemodel.tensors import Memory, Tensor
+
+
+class BinaryOp(enum.Enum):
+    """Element-wise operations of two operands, each one correctly rounded operation."""
+
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+
+
+class UnaryOp(enum.Enum):
+    """Element-wise operations of one operand."""
+
+    NEG = "neg"
+    ABS = "abs"
+    RELU = "relu"
+    SQRT = "sqrt"
+    EXP = "exp"
+    LOG = "log"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+
+
+@runtime_checkable
+class Kernels(Protocol):
+    """A backend: its memory and array namespace, and the kernel entry points."""
+
+    name: str
+    memory: Memory
+    supports_exact: bool
+    flushes_subnormals: bool  # CuPy's kernels read and write subnormals as zeros
+
+    @property
+    def xp(self) -> Any:
+        """The array namespace (numpy or cupy) of this backend's memory."""
+
+    def to_host(self, tensor: Tensor) -> Any:
+        """A row-major NumPy copy of a tensor of this backend."""
+
+    def from_host(self, array: Any) -> Tensor:
+        """A contiguous tensor of this backend holding a copy of a host array."""
+
+    def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
+        """out = a op b, element by element; all three have one shape."""
+
+    def unary(self, op: UnaryOp, x: Tensor, out: Tensor) -> None:
+        """out = op(x), element by element; both have one shape."""
+
+    def matmul(self, a: Tensor, b: Tensor, out: Tensor) -> None:
+        """out[..., m, n] = Σ_k a[..., m, k] · b[..., k, n]; batch dims already broadcast."""
+
+    def max_pool2d(
+        self,
+        x: Tensor,
+        out: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+        indices: Tensor | None = None,
+    ) -> None:
+        """Max pooling of an (N, C, H, W) tensor with seed 002 §9's semantics.
+
+        Each window starts at y = oy·stride − pad and holds only in-bounds positions (padding
+        never wins); 0 ≤ pad < kernel, so every window holds at least one, and a window whose
+        values are all −inf gives −inf at its first in-bounds position. In row-major window
+        order the first element wins ties; a NaN wins and the first NaN is reported.
+        `indices`, when given (INT32, same shape as `out`), receive y·W + x of each winner in
+        its input plane.
+        """

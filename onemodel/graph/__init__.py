@@ -1,0 +1,1 @@
+"""The graph runtime: ONNX import, operators, plans, memory planning and sessions."""

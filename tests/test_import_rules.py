@@ -1,0 +1,47 @@
+"""Rules about which modules may import what."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "onemodel"
+CUPY_HOME = PACKAGE / "backends" / "cupy_gpu"
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_cupy_backend_imports_cupy():
+    offenders = [
+        str(path.relative_to(PACKAGE.parent))
+        for path in PACKAGE.rglob("*.py")
+        if CUPY_HOME not in path.parents
+        and any(name == "cupy" or name.startswith("cupy.") for name in imported_modules(path))
+    ]
+    assert offenders == []
+
+
+def test_the_rule_sees_an_import_of_cupy(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    import cupy.cuda\n    from cupy import ndarray\n")
+    assert imported_modules(module) == {"cupy.cuda", "cupy"}
+
+
+def test_importing_the_package_loads_neither_cupy_nor_onnxruntime():
+    code = (
+        "import sys, onemodel, onemodel.backends, onemodel.backends.cupy_gpu;"
+        "print(sorted(m for m in ('cupy', 'onnxruntime') if m in sys.modules))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.strip() == "[]"
