@@ -1,7 +1,25 @@
 """onemodel: run ONNX models from Python on NumPy or CuPy, with a bit-exact mode."""
 
+from onemodel.errors import ErrorKind, SessionError
+from onemodel.model import Model, load
+from onemodel.ort_api import InferenceSession
+from onemodel.session import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.tensors import DType, Layout, Tensor
 
 __version__ = "0.1.0"
 
-__all__ = ["DType", "Layout", "Tensor", "__version__"]
+__all__ = [
+    "DType",
+    "ErrorKind",
+    "ExecutionMode",
+    "InferenceSession",
+    "Layout",
+    "Model",
+    "OptimizationLevel",
+    "Session",
+    "SessionError",
+    "SessionOptions",
+    "Tensor",
+    "__version__",
+    "load",
+]

@@ -1,29 +1,64 @@
-"""The `onemodel` command line."""
+"""The `onemodel` command line: run, info, demo. Each prints one line of JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
+from onemodel.backends import BackendUnavailableError
+from onemodel.errors import SessionError
 
-def main(argv: list[str] | None = None) -> int:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onemodel", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a model once, optionally check, bench, profile")
+    run.add_argument("model")
+    run.add_argument("--inputs", help=".npz with inputs by name and golden 'output:<name>'")
+    run.add_argument("--check", action="store_true", help="compare with the golden outputs")
+    run.add_argument("--bench", type=int, default=0, metavar="N", help="timed runs")
+    run.add_argument("--warmup", type=int, default=3, metavar="N")
+    run.add_argument("--threads", type=int, default=0, metavar="N")
+    run.add_argument("--profile", action="store_true", help="time per operator label")
+    run.add_argument("--mode", choices=["fast", "exact"], default="fast")
+    run.add_argument("--backend", help="kernel path by name (default: the best available)")
+    info = commands.add_parser("info", help="inputs, outputs, opsets, unsupported operators")
+    info.add_argument("model")
     demo = commands.add_parser("demo", help="build a small MLP model and run it")
     demo.add_argument("--backend", help="kernel path by name (default: the best available)")
     demo.add_argument("--batch", type=int, default=8)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from onemodel import demo as demo_module
-        from onemodel.backends import BackendUnavailableError
+    return parser
 
-        try:
-            report = demo_module.main(args.backend, args.batch)
-        except (BackendUnavailableError, ValueError) as error:
-            print(f"onemodel: {error}", file=sys.stderr)
-            return 2
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from onemodel import demo, runner
+
+    try:
+        if args.command == "run":
+            report = runner.run_model(
+                args.model,
+                inputs_path=args.inputs,
+                check=args.check,
+                bench=args.bench,
+                warmup=args.warmup,
+                threads=args.threads,
+                profile=args.profile,
+                mode=args.mode,
+                backend=args.backend,
+            )
+        elif args.command == "info":
+            report = runner.model_info(args.model)
+        else:
+            report = demo.main(args.backend, args.batch)
+    except (SessionError, BackendUnavailableError, ValueError, OSError) as error:
+        print(f"onemodel: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report))
+    if args.command == "demo":
         return 0 if report["max_abs_error_vs_numpy"] < 1e-4 else 1
-    return 2
+    return 0
 
 
 if __name__ == "__main__":

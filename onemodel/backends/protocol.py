@@ -89,3 +89,39 @@ class Kernels(Protocol):
         `indices`, when given (INT32, same shape as `out`), receive y·W + x of each winner in
         its input plane.
         """
+
+    # Array-level entry points of the graph operators: backend arrays already checked by the
+    # operator's infer; `pads` are the leading pads, the output's shape fixes the rest.
+
+    def matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
+        """out = a @ b with NumPy's batch broadcasting (float16/bfloat16 via float32)."""
+
+    def exact_matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
+        """out = a @ b summed in float64 in the order k = 0..K−1, rounded once (exact mode)."""
+
+    def conv_arrays(
+        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+    ) -> None:
+        """N-D grouped cross-correlation of x (N, C, *S) with w (M, C/group, *K), no bias."""
+
+    def conv_transpose_arrays(
+        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+    ) -> None:
+        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias."""
+
+    def max_pool_arrays(
+        self,
+        x: Any,
+        out: Any,
+        kernel: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        indices: Any | None = None,
+    ) -> None:
+        """N-D max pooling with max_pool2d's rules; int64 `indices` are positions in the plane."""
+
+    def sum_pool_arrays(
+        self, x: Any, out: Any, kernel: Any, strides: Any, pads: Any, dilations: Any
+    ) -> None:
+        """N-D sum of each window's real positions (padding adds nothing)."""

@@ -39,6 +39,16 @@ class ReferenceKernels(ArrayKernels):
             acc += a64[..., :, k, None] * b64[..., None, k, :]
         out[...] = acc.astype(np.float32)
 
+    def matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
+        """Floating matmuls (and so the convolutions built on them) in the canonical order.
+
+        Integer matmuls are exact in any order, so they keep NumPy's.
+        """
+        if out.dtype.kind in "iu":
+            super().matmul_arrays(a, b, out)
+        else:
+            self.exact_matmul_arrays(a, b, out)
+
     def _max_pool2d(self, x: Any, out: Any, geometry: PoolGeometry, indices: Any | None) -> None:
         """For each window offset in row-major order, over every window at once: a real element
         is taken if the window has no value yet, if it is greater, or if it is the first NaN."""

@@ -1,0 +1,163 @@
+"""CompiledGraph: operators resolved, weights copied out, dead nodes dropped (seed 000 §1–2).
+
+Everything here is independent of input shapes, so it is done once per session. Values are
+numbered so that plans and runs index lists instead of hashing names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph import ir
+from onemodel.graph.operators import optable
+from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
+
+ABSENT = -1  # the value id of an absent optional input
+
+
+@dataclass(frozen=True, slots=True)
+class ValueMeta:
+    """A graph input or output as callers see it: name, declared type and dims, kind."""
+
+    name: str
+    elem_type: int | None
+    dims: tuple[ir.Dim, ...] | None
+    kind: str = "tensor"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledNode:
+    operator: Operator
+    info: NodeInfo
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+class CompiledGraph:
+    """The shape-independent form of a model that plans are made from."""
+
+    def __init__(self, model: ir.Model, kernels: Any, *, exact: bool = False) -> None:
+        graph = model.graph
+        self.kernels = kernels
+        self.exact = exact
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+        live_nodes = _live_nodes(graph)
+        self.nodes = self._resolve(model, live_nodes)
+        self._check_exact()
+        defaults = set(graph.input_defaults)
+        self.inputs = [_meta(info) for info in graph.inputs]
+        self.input_ids = [self.value_id(info.name) for info in graph.inputs]
+        self.outputs = [_meta(info) for info in graph.outputs]
+        for meta in (*self.inputs, *self.outputs):
+            if meta.kind in ("sequence", "optional"):
+                raise SessionError(
+                    ErrorKind.UNSUPPORTED,
+                    f"{meta.kind} values are not supported yet as graph inputs or outputs",
+                    value=meta.name,
+                )
+        self.output_ids = [self.value_id(info.name) for info in graph.outputs]
+        used = {i for node in self.nodes for i in node.inputs} | set(self.output_ids)
+        self.weights: dict[int, Any] = {}
+        self.defaults: dict[int, Any] = {}
+        for name, array in graph.initializers.items():
+            value_id = self._ids.get(name)
+            if value_id is None or value_id not in used:
+                continue  # a weight no live node reads is not copied
+            device = kernels.xp.asarray(np.array(array))  # our own copy: the IR can be dropped
+            (self.defaults if name in defaults else self.weights)[value_id] = device
+
+    def value_id(self, name: str) -> int:
+        if not name:
+            return ABSENT
+        value_id = self._ids.get(name)
+        if value_id is None:
+            value_id = self._ids[name] = len(self.names)
+            self.names.append(name)
+        return value_id
+
+    def _resolve(self, model: ir.Model, nodes: Sequence[ir.Node]) -> list[CompiledNode]:
+        """Find every node's operator; all unsupported ones are reported together."""
+        compiled, missing = [], []
+        for node, opset, definition in _definitions(model, nodes):
+            if definition is None:
+                label = _label(node, opset)
+                if label not in missing:
+                    missing.append(label)
+                continue
+            info = NodeInfo.of(node, opset)
+            compiled.append(
+                CompiledNode(
+                    definition.factory(info),
+                    info,
+                    tuple(self.value_id(name) for name in node.inputs),
+                    tuple(self.value_id(name) for name in node.outputs),
+                )
+            )
+        if missing:
+            raise SessionError(
+                ErrorKind.UNSUPPORTED_OPERATOR,
+                "the model uses operators onemodel does not implement: " + ", ".join(missing),
+                operators=missing,
+            )
+        return compiled
+
+    def _check_exact(self) -> None:
+        if not self.exact:
+            return
+        lacking = sorted({n.info.op_type for n in self.nodes if not n.operator.supports_exact})
+        if lacking:
+            raise SessionError(
+                ErrorKind.EXACT_MODE_UNAVAILABLE,
+                "exact mode has no bit-exact kernel for: " + ", ".join(lacking),
+                operators=lacking,
+            )
+
+
+def _meta(info: ir.ValueInfo) -> ValueMeta:
+    return ValueMeta(info.name, info.type.elem_type, info.type.dims, info.type.kind)
+
+
+def _live_nodes(graph: ir.Graph) -> list[ir.Node]:
+    """The nodes with a path to a graph output, in graph order (seed 000 §3, step 3)."""
+    needed = {info.name for info in graph.outputs}
+    live = []
+    for node in reversed(graph.nodes):
+        if any(name in needed for name in node.outputs if name):
+            live.append(node)
+            needed.update(name for name in node.inputs if name)
+            needed.update(
+                graph_input for sub in node.subgraphs() for graph_input in sub.outer_names
+            )
+    live.reverse()
+    return live
+
+
+def _definitions(
+    model: ir.Model, nodes: Sequence[ir.Node]
+) -> Iterator[tuple[ir.Node, int, OpDef | None]]:
+    """Each node with the opset of its domain and its table entry (None when unsupported)."""
+    for node in nodes:
+        opset = model.opset_for(node.domain)
+        if opset is None:
+            raise SessionError(
+                ErrorKind.INVALID_MODEL,
+                f"{node.op_type} uses the domain '{node.domain}', which the model does not import",
+                node=node.name,
+            )
+        yield node, opset, optable.resolve(node.domain, node.op_type, opset)
+
+
+def _label(node: ir.Node, opset: int) -> str:
+    return f"{node.domain + '.' if node.domain else ''}{node.op_type} (opset {opset})"
+
+
+def unsupported_operators(model: ir.Model) -> list[str]:
+    """`Type (opset N)` for every operator of the model's main graph that has no definition."""
+    labels = [_label(n, o) for n, o, d in _definitions(model, model.graph.nodes) if d is None]
+    return list(dict.fromkeys(labels))

@@ -1,0 +1,1 @@
+"""One module per operator or operator family, and the static table (optable)."""

@@ -1,0 +1,286 @@
+"""Activation functions: Relu ... Shrink, element-wise, keeping the input's shape and type.
+
+Formulas are evaluated with `unary.Formula`: float16 and bfloat16 in float32, rounded once into
+the output; float attributes (float32 in ONNX) enter as Python floats, which keep the working
+type. PRelu takes a second input and Clip optional bound inputs; both keep the input's shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.graph.operators.binary import check_same_type
+from onemodel.graph.operators.broadcast import unidirectional
+from onemodel.graph.operators.unary import (
+    FLOATS,
+    NUMERIC,
+    SIGNED,
+    ElementwiseUnary,
+    Formula,
+    Ufunc,
+    erfc,
+)
+from onemodel.tensors.shapes import element_count
+
+
+class Relu(ElementwiseUnary):
+    """Exact: max(x, 0) then + 0, two correctly rounded operations written into the output
+    without a temporary: NaN passes through maximum, and the addition turns the -0 that
+    maximum(-0, 0) may keep into +0 (integers are unchanged by it)."""
+
+    types = SIGNED
+    supports_exact = True
+
+    def compute(self, xp: Any, x: Array, out: Array) -> None:
+        zero = x.dtype.type(0)
+        xp.maximum(x, zero, out=out)
+        xp.add(out, zero, out=out)
+
+
+class Tanh(Ufunc):
+    ufunc = "tanh"
+
+
+class Sigmoid(Formula):
+    """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0."""
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return 1.0 / (1.0 + xp.exp(-x))
+
+
+class Softsign(Formula):
+    def formula(self, xp: Any, x: Array) -> Array:
+        return x / (1.0 + xp.absolute(x))
+
+
+class Softplus(Formula):
+    """log(1 + exp(x)) as logaddexp(x, 0), which neither overflows nor loses small values."""
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return xp.logaddexp(x, 0.0)
+
+
+class Mish(Formula):
+    def formula(self, xp: Any, x: Array) -> Array:
+        return x * xp.tanh(xp.logaddexp(x, 0.0))
+
+
+class WithAlpha(Formula):
+    """A formula with one float attribute, `alpha`."""
+
+    default_alpha: ClassVar[float]
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.alpha = float(node.attr("alpha", self.default_alpha))
+
+
+class LeakyRelu(WithAlpha):
+    default_alpha = 0.01
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return xp.where(x < 0, x * self.alpha, x)
+
+
+class ThresholdedRelu(WithAlpha):
+    default_alpha = 1.0
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return xp.where(x > self.alpha, x, 0.0)
+
+
+class Elu(WithAlpha):
+    """alpha·(exp(x) - 1) for x < 0 via expm1, which keeps small |x| accurate."""
+
+    default_alpha = 1.0
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return xp.where(x < 0, self.alpha * xp.expm1(x), x)
+
+
+class Celu(WithAlpha):
+    """max(0, x) + min(0, alpha·(exp(x/alpha) - 1)), as the spec writes it."""
+
+    default_alpha = 1.0
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return xp.maximum(x, 0.0) + xp.minimum(self.alpha * xp.expm1(x / self.alpha), 0.0)
+
+
+class Selu(Formula):
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.alpha = float(node.attr("alpha", 1.67326319217681884765625))
+        self.gamma = float(node.attr("gamma", 1.05070102214813232421875))
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return self.gamma * xp.where(x <= 0, self.alpha * xp.expm1(x), x)
+
+
+class HardSigmoid(Formula):
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.alpha = float(node.attr("alpha", 0.2))
+        self.beta = float(node.attr("beta", 0.5))
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return xp.clip(x * self.alpha + self.beta, 0.0, 1.0)
+
+
+class HardSwish(Formula):
+    """x · HardSigmoid(x) with alpha = 1/6 and beta = 1/2."""
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        return x * xp.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)
+
+
+class Gelu(Formula):
+    """approximate="none": x/2·(1 + erf(x/√2)), evaluated in float64 as x/2·erfc(-x/√2), which
+    keeps its relative accuracy for very negative x where 1 + erf cancels; "tanh": the tanh
+    approximation x/2·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x / (1 + exp(-2u)),
+    which is the same function without that cancellation."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        approximate = node.attr("approximate", "none")
+        if approximate not in ("none", "tanh"):
+            raise node.invalid(f"Gelu needs approximate 'none' or 'tanh', got {approximate!r}")
+        self.tanh = approximate == "tanh"
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        if self.tanh:
+            inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+            return x / (1.0 + xp.exp(-2.0 * inner))
+        wide = x.astype(xp.float64)
+        return 0.5 * wide * erfc(xp, -wide * math.sqrt(0.5))
+
+
+class Shrink(Formula):
+    """x + bias below -lambd, x - bias above lambd, else 0. Integer inputs compute in float64
+    and truncate toward zero, as a C cast of the float result would."""
+
+    types = NUMERIC
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.lambd = float(node.attr("lambd", 0.5))
+        self.bias = float(node.attr("bias", 0.0))
+
+    def formula(self, xp: Any, x: Array) -> Array:
+        if x.dtype.kind in "iu":
+            x = x.astype(xp.float64)
+        shrunk = xp.where(x > self.lambd, x - self.bias, 0.0)
+        return xp.where(x < -self.lambd, x + self.bias, shrunk)
+
+
+class PRelu(Operator):
+    """slope·x for x < 0, else x; the slope broadcasts unidirectionally to x (opset 7 on).
+
+    Opsets 1 and 6 had Caffe2's rule, which exported models rely on: a 1-D slope as long as x's
+    axis 1 holds one slope per channel. Other slopes follow the later rule there too."""
+
+    in_place_input = 0
+    types: ClassVar[frozenset[int]] = NUMERIC
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, self.types, 0, 1)
+        check_same_type(ctx, (0, 1))
+        if self._per_channel_shape(ctx.shape(0), ctx.shape(1)) is None:
+            unidirectional(ctx, 1, ctx.shape(0))
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
+        xp = ctx.xp
+        x, slope = inputs
+        per_channel = self._per_channel_shape(x.shape, slope.shape)
+        if per_channel is not None:
+            slope = slope.reshape(per_channel)
+        with np.errstate(all="ignore"):
+            xp.copyto(outputs[0], xp.where(x < 0, x * slope, x))
+
+    def _per_channel_shape(
+        self, x: tuple[int, ...], slope: tuple[int, ...]
+    ) -> tuple[int, ...] | None:
+        """The slope's shape aligned to axis 1, where the legacy channel rule applies."""
+        if self.node.opset >= 7 or len(slope) != 1 or len(x) < 2 or slope[0] != x[1]:
+            return None
+        return (slope[0],) + (1,) * (len(x) - 2)
+
+
+class Clip(Operator):
+    """min(max(x, low), high): a low above high gives high everywhere, as the spec says.
+
+    Before opset 11 the bounds are the attributes `min` and `max`; from 11 they are optional
+    scalar inputs. A missing bound does not clip (the spec's numeric_limits defaults)."""
+
+    in_place_input = 0
+    types: ClassVar[frozenset[int]] = NUMERIC
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.attribute_bounds = node.opset < 11
+        if self.attribute_bounds:
+            self.low = node.attr("min", None)
+            self.high = node.attr("max", None)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        if self.attribute_bounds:
+            self.check_types(ctx, FLOATS, 0)
+        else:
+            self.check_types(ctx, self.types)
+            check_same_type(ctx, (0, 1, 2))
+            for index in (1, 2):
+                if ctx.has(index) and element_count(ctx.shape(index)) != 1:
+                    raise self.node.bad_input(
+                        f"Clip needs a scalar bound, got input {index} of shape {ctx.shape(index)}",
+                        self.node.inputs[index],
+                    )
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
+        xp, x, out = ctx.xp, inputs[0], outputs[0]
+        if self.attribute_bounds:
+            low, high = self.low, self.high
+        else:
+            bounds = [*inputs[1:3], None, None][:2]
+            low, high = (None if bound is None else bound.reshape(()) for bound in bounds)
+        with np.errstate(all="ignore"):
+            if low is None:
+                xp.copyto(out, x)
+            else:
+                xp.maximum(x, low, out=out)
+            if high is not None:
+                xp.minimum(out, high, out=out)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("Relu", 1, Relu),
+    OpDef("LeakyRelu", 1, LeakyRelu),
+    OpDef("PRelu", 1, PRelu),
+    OpDef("Sigmoid", 1, Sigmoid),
+    OpDef("HardSigmoid", 1, HardSigmoid),
+    OpDef("HardSwish", 14, HardSwish),
+    OpDef("Tanh", 1, Tanh),
+    OpDef("Elu", 1, Elu),
+    OpDef("Selu", 1, Selu),
+    OpDef("Celu", 12, Celu),
+    OpDef("Softplus", 1, Softplus),
+    OpDef("Softsign", 1, Softsign),
+    OpDef("Gelu", 20, Gelu),
+    OpDef("Mish", 18, Mish),
+    OpDef("ThresholdedRelu", 10, ThresholdedRelu),
+    OpDef("Clip", 1, Clip),
+    OpDef("Shrink", 9, Shrink),
+)

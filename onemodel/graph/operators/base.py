@@ -1,0 +1,225 @@
+"""The operator contract (seed 000 §2): what every operator class provides to the runtime.
+
+An operator instance is made once per node when a model is compiled. It holds what its
+attributes fixed and nothing else, and is shared by every plan and every concurrent run.
+
+- `infer` states the outputs for one set of input types and shapes: a `TensorSpec` per output,
+  or a `Constant` per output when the outputs are known without running (Shape, Size,
+  Constant). It raises `NeedsRunTimeValues` when it needs an input value that is not known at
+  plan time (Reshape with a computed shape); the node is then shaped again in every run.
+  `infer` returns one entry per node output, absent optional outputs ("") included.
+- `run` computes. For a node with static outputs the runtime passes preallocated, C-contiguous
+  output arrays (`outputs`), which `run` must fill (write with `out=` or `[...] =`); `run`
+  returns nothing.
+  An operator with `outputs_data_dependent` gets `outputs=None` and returns new arrays.
+- Flags: `supports_exact`, `in_place_input` (output 0 may take that input's memory: `run`
+  must then be correct when they are the same array), `view_of_input` (output 0 is that input
+  reshaped as `infer` said; `run` is never called), `outputs_data_dependent`.
+
+Arrays are those of the session's backend (`ctx.xp`: numpy or cupy); operators never import
+either for computing. Shapes and small constant inputs (`InferContext.constant`) are host NumPy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph.ir import Node
+from onemodel.tensors import numpy_dtype_for_onnx, onnx_name
+from onemodel.tensors.errors import TensorError
+from onemodel.tensors.shapes import check_shape
+
+Array = Any  # an array of the session's backend (numpy.ndarray or cupy.ndarray)
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """An output's element type (ONNX code) and concrete shape for one plan."""
+
+    dtype: int
+    shape: tuple[int, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return numpy_dtype_for_onnx(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.numpy_dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """An output known at plan time (a host NumPy array); the node is then not scheduled."""
+
+    value: np.ndarray
+
+
+class NeedsRunTimeValues(Exception):
+    """Raised by `infer` when an input value it needs is only known while running."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What an operator may know about its node: identity, opset and attributes."""
+
+    name: str
+    op_type: str
+    domain: str
+    opset: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    ir: Node | None = None
+
+    @classmethod
+    def of(cls, node: Node, opset: int) -> NodeInfo:
+        return cls(
+            node.name, node.op_type, node.domain, opset, node.inputs, node.outputs,
+            node.attributes, node,
+        )  # fmt: skip
+
+    @property
+    def label(self) -> str:
+        return f"{self.op_type} (opset {self.opset})"
+
+    def attr(self, name: str, default: Any = _MISSING) -> Any:
+        """An attribute's value; a required one that is missing makes the model invalid."""
+        value = self.attributes.get(name, _MISSING)
+        if value is not _MISSING:
+            return value
+        if default is _MISSING:
+            raise self.invalid(f"{self.op_type} needs the attribute '{name}'")
+        return default
+
+    def invalid(self, message: str, value: str | None = None) -> SessionError:
+        return SessionError(ErrorKind.INVALID_MODEL, message, node=self.name, value=value)
+
+    def bad_input(self, message: str, value: str | None = None) -> SessionError:
+        return SessionError(ErrorKind.INVALID_INPUT, message, node=self.name, value=value)
+
+    def unsupported(self, message: str, value: str | None = None) -> SessionError:
+        """A valid use of the operator that onemodel does not run (training modes, ...)."""
+        return SessionError(ErrorKind.UNSUPPORTED, message, node=self.name, value=value)
+
+
+class InferContext:
+    """The inputs of a node as `infer` sees them: specs, and values where known."""
+
+    __slots__ = ("_constants", "node", "specs")
+
+    def __init__(
+        self,
+        node: NodeInfo,
+        specs: Sequence[TensorSpec | None],
+        constants: Sequence[np.ndarray | None],
+    ) -> None:
+        self.node = node
+        self.specs = specs
+        self._constants = constants
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def has(self, index: int) -> bool:
+        """Whether optional input `index` was given."""
+        return index < len(self.specs) and self.specs[index] is not None
+
+    def spec(self, index: int) -> TensorSpec:
+        spec = self.specs[index] if index < len(self.specs) else None
+        if spec is None:
+            raise self.node.invalid(f"{self.node.op_type} needs input {index}")
+        return spec
+
+    def shape(self, index: int) -> tuple[int, ...]:
+        return self.spec(index).shape
+
+    def dtype(self, index: int) -> int:
+        return self.spec(index).dtype
+
+    def constant(self, index: int) -> np.ndarray | None:
+        """The input's value on the host when known now, else None."""
+        if index >= len(self._constants):
+            return None
+        return self._constants[index]
+
+    def value(self, index: int) -> np.ndarray:
+        """The input's value on the host; raises NeedsRunTimeValues when not known now."""
+        value = self.constant(index)
+        if value is None:
+            raise NeedsRunTimeValues
+        return value
+
+    def output(self, dtype: int, shape: Sequence[int]) -> TensorSpec:
+        """A checked output spec: shapes beyond the tensor limits are refused before allocating."""
+        try:
+            dims = check_shape(tuple(int(d) for d in shape), numpy_dtype_for_onnx(dtype).itemsize)
+        except TensorError as error:
+            raise self.node.bad_input(str(error), self.node.outputs[0]) from None
+        return TensorSpec(dtype, dims)
+
+
+class RunContext:
+    """What `run` may use: the backend's namespace and kernels, and whether the run is exact."""
+
+    __slots__ = ("exact", "kernels", "xp")
+
+    def __init__(self, kernels: Any, exact: bool) -> None:
+        self.kernels = kernels
+        self.xp = kernels.xp
+        self.exact = exact
+
+    def empty(self, shape: Sequence[int], dtype: int) -> Array:
+        """A new array for a data-dependent output."""
+        return self.xp.empty(tuple(shape), dtype=numpy_dtype_for_onnx(dtype))
+
+
+class Operator:
+    """Base of every operator class; subclasses set the flags and implement infer/run."""
+
+    supports_exact: ClassVar[bool] = False
+    in_place_input: ClassVar[int | None] = None
+    view_of_input: ClassVar[int | None] = None
+    outputs_data_dependent: ClassVar[bool] = False
+
+    def __init__(self, node: NodeInfo) -> None:
+        self.node = node
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec | Constant]:
+        raise NotImplementedError
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> Any:
+        raise NotImplementedError
+
+    def check_types(self, ctx: InferContext, allowed: frozenset[int], *indices: int) -> None:
+        """Refuse input element types the operator does not define, naming the value.
+
+        Caller inputs are checked against the model's declared types before planning, so a type
+        no kernel defines means the model itself is inconsistent: INVALID_MODEL."""
+        for index in indices or range(len(ctx.specs)):
+            if ctx.has(index) and ctx.dtype(index) not in allowed:
+                raise self.node.invalid(
+                    f"{self.node.op_type} does not accept element type "
+                    f"{onnx_name(ctx.dtype(index))} for input {index}",
+                    self.node.inputs[index],
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class OpDef:
+    """One operator (or family member) over the opset versions `since`..`until` (inclusive)."""
+
+    op_type: str
+    since: int
+    factory: Callable[[NodeInfo], Operator]
+    until: int | None = None
+    domain: str = ""
+
+    def covers(self, opset: int) -> bool:
+        return self.since <= opset and (self.until is None or opset <= self.until)

@@ -1,0 +1,276 @@
+"""Convolutions (Conv, ConvTranspose) and the window placement they share with pooling.
+
+`SlidingWindows` turns the attributes every windowed operator has (auto_pad, pads, strides,
+dilations) into the output extent and the leading pads of each spatial axis, once per shape.
+The arithmetic runs on the backend: `conv_arrays` (im2col and one matmul per group) and
+`conv_transpose_arrays` (matmul to columns and a strided add per kernel offset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType
+
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the windows of one input shape lie: per spatial axis, the output extent and the
+    pads before and after the input (`pads_end` may reach past what the windows read)."""
+
+    out_spatial: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+
+
+class SlidingWindows:
+    """The window attributes of Conv, ConvTranspose and the pooling operators, checked once.
+
+    `strides`, `dilations` and `pads` may be absent (ones, ones, zeros); their lengths are
+    checked against the spatial rank when a shape is known.
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        self.node = node
+        auto_pad = node.attr("auto_pad", "NOTSET")
+        self.auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+        if self.auto_pad not in _AUTO_PADS:
+            raise node.invalid(f"{node.op_type}: auto_pad must be one of {_AUTO_PADS}")
+        self.strides = self.ints("strides", minimum=1)
+        self.dilations = self.ints("dilations", minimum=1)
+        self.pads = self.ints("pads", minimum=0)
+        if self.pads is not None and len(self.pads) % 2:
+            raise node.invalid(f"{node.op_type}: pads {self.pads} must have an even length")
+        self.kernel_shape = self.ints("kernel_shape", minimum=1)
+
+    def ints(self, name: str, minimum: int) -> tuple[int, ...] | None:
+        """An optional list-of-ints attribute, each value checked to be at least `minimum`."""
+        values = self.node.attr(name, None)
+        if values is None:
+            return None
+        values = tuple(int(v) for v in values)
+        if any(v < minimum for v in values):
+            raise self.node.invalid(
+                f"{self.node.op_type}: every value of {name} {values} must be ≥ {minimum}"
+            )
+        return values
+
+    def per_axis(
+        self, name: str, values: tuple[int, ...] | None, rank: int, default: int
+    ) -> tuple[int, ...]:
+        """`values` checked to have one entry per spatial axis (`default` each when absent)."""
+        if values is None:
+            return (default,) * rank
+        if len(values) != rank:
+            raise self.node.invalid(
+                f"{self.node.op_type}: {name} {values} needs {rank} values for {rank} spatial axes"
+            )
+        return values
+
+    def kernel_for(self, weights_kernel: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
+        """The kernel shape: the attribute, or the weights' spatial shape (which must agree)."""
+        if weights_kernel is not None:
+            if self.kernel_shape is not None and self.kernel_shape != weights_kernel:
+                raise self.node.bad_input(
+                    f"{self.node.op_type}: kernel_shape {self.kernel_shape} differs from the "
+                    f"weights' spatial shape {weights_kernel}",
+                    self.node.inputs[1],
+                )
+            return weights_kernel
+        if self.kernel_shape is None:
+            raise self.node.invalid(f"{self.node.op_type} needs the attribute 'kernel_shape'")
+        return self.per_axis("kernel_shape", self.kernel_shape, rank, 1)
+
+    def place(
+        self, spatial: tuple[int, ...], kernel: tuple[int, ...], ceil_mode: bool = False
+    ) -> Placement:
+        """The windows over an input of spatial shape `spatial` (Conv's and pooling's rule).
+
+        With ceil_mode a last window that would start past the input and its leading pad is
+        dropped. An input too small for one window is refused.
+        """
+        rank = len(spatial)
+        strides = self.per_axis("strides", self.strides, rank, 1)
+        dilations = self.per_axis("dilations", self.dilations, rank, 1)
+        pads = self.per_axis("pads", self.pads, 2 * rank, 0)
+        begin, end = list(pads[:rank]), list(pads[rank:])
+        if self.auto_pad != "NOTSET":
+            begin, end = [0] * rank, [0] * rank
+        out = []
+        for i, (size, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations, strict=True)):
+            reach = (k - 1) * d + 1
+            if self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                extent = -(-size // s)
+                total = max(0, (extent - 1) * s + reach - size)
+                lower = total // 2 if self.auto_pad == "SAME_UPPER" else total - total // 2
+                begin[i], end[i] = lower, total - lower
+            else:
+                span = size + begin[i] + end[i] - reach
+                extent = (-(-span // s) if ceil_mode else span // s) + 1
+                if ceil_mode and (extent - 1) * s >= size + begin[i]:
+                    extent -= 1
+            if extent < 1 or size < 1:
+                raise self.node.bad_input(
+                    f"{self.node.op_type}: a window of {reach} (kernel {k}, dilation {d}) does "
+                    f"not fit spatial axis {i} of size {size} padded by {begin[i]} and {end[i]}",
+                    self.node.inputs[0],
+                )
+            out.append(extent)
+        return Placement(tuple(out), tuple(begin), tuple(end), strides, dilations)
+
+
+_CONV_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+
+
+class Convolution(Operator):
+    """What Conv and ConvTranspose share: attributes, type and shape checks, and the bias."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.windows = SlidingWindows(node)
+        self.group = int(node.attr("group", 1))
+        if self.group < 1:
+            raise node.invalid(f"{node.op_type}: group {self.group} must be ≥ 1")
+
+    def _check(self, ctx: InferContext) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        """Input shape, kernel shape and output channels, after every check."""
+        allowed = _CONV_FLOATS | ({DType.BFLOAT16} if self.node.opset >= 22 else set())
+        self.check_types(ctx, frozenset(allowed))
+        if len({ctx.dtype(i) for i in range(len(ctx)) if ctx.has(i)}) > 1:
+            raise self.node.invalid(f"{self.node.op_type} needs X, W and B of one element type")
+        x, w = ctx.shape(0), ctx.shape(1)
+        if len(x) < 3 or len(w) != len(x):
+            raise self.node.bad_input(
+                f"{self.node.op_type} needs X (N, C, D1, …) and W of the same rank ≥ 3, not "
+                f"X {x} and W {w}",
+                self.node.inputs[0],
+            )
+        in_channels, out_channels = self._channels(w)
+        if x[1] != in_channels or w[0] % self.group:
+            raise self.node.bad_input(
+                f"{self.node.op_type} with group {self.group}: X {x} and W {w} do not agree on "
+                "the channels",
+                self.node.inputs[1],
+            )
+        if ctx.has(2) and ctx.shape(2) != (out_channels,):
+            raise self.node.bad_input(
+                f"{self.node.op_type}: B of shape {ctx.shape(2)} must be ({out_channels},)",
+                self.node.inputs[2],
+            )
+        return x, self.windows.kernel_for(w[2:], len(x) - 2), out_channels
+
+    def _channels(self, w: tuple[int, ...]) -> tuple[int, int]:
+        """The input and output channels that weights of shape `w` connect."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _add_bias(ctx: RunContext, out: Array, bias: Array | None) -> None:
+        if bias is not None:
+            ctx.xp.add(out, bias.reshape(-1, *(1,) * (out.ndim - 2)), out=out)
+
+
+class ConvOp(Convolution):
+    """Y = X ⋆ W + B: N-D grouped cross-correlation (depthwise when group = C)."""
+
+    def _channels(self, w: tuple[int, ...]) -> tuple[int, int]:
+        return w[1] * self.group, w[0]  # W is (M, C / group, *kernel)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        x, kernel, out_channels = self._check(ctx)
+        placement = self.windows.place(x[2:], kernel)
+        return [ctx.output(ctx.dtype(0), (x[0], out_channels, *placement.out_spatial))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, w = inputs[0], inputs[1]
+        (out,) = outputs
+        placement = self.windows.place(x.shape[2:], w.shape[2:])
+        ctx.kernels.conv_arrays(
+            x, w, out, placement.strides, placement.pads_begin, placement.dilations, self.group
+        )
+        self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
+
+
+class ConvTransposeOp(Convolution):
+    """The gradient of Conv with respect to its input: each input element scatters W into the
+    output. The output extent comes from `output_shape` (pads then follow), from auto_pad
+    SAME_* (input × stride), or from pads and `output_padding`."""
+
+    def _channels(self, w: tuple[int, ...]) -> tuple[int, int]:
+        return w[0], w[1] * self.group  # W is (C, M / group, *kernel)
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.output_padding = self.windows.ints("output_padding", minimum=0)
+        self.output_shape = self.windows.ints("output_shape", minimum=1)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        x, kernel, out_channels = self._check(ctx)
+        out_spatial, _ = self._place(x[2:], kernel)
+        return [ctx.output(ctx.dtype(0), (x[0], out_channels, *out_spatial))]
+
+    def _place(
+        self, spatial: tuple[int, ...], kernel: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Output spatial shape and leading pads (negative when the output starts early)."""
+        windows, rank = self.windows, len(spatial)
+        strides = windows.per_axis("strides", windows.strides, rank, 1)
+        dilations = windows.per_axis("dilations", windows.dilations, rank, 1)
+        extra = windows.per_axis("output_padding", self.output_padding, rank, 0)
+        natural = [
+            s * (n - 1) + o + (k - 1) * d + 1
+            for n, s, o, k, d in zip(spatial, strides, extra, kernel, dilations, strict=True)
+        ]
+        wanted = None
+        if self.output_shape is not None:
+            wanted = self.output_shape[-rank:]
+            if len(wanted) != rank:
+                raise self.node.invalid(f"ConvTranspose: output_shape needs {rank} values")
+        elif windows.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            wanted = tuple(n * s for n, s in zip(spatial, strides, strict=True))
+        if wanted is None:
+            pads = windows.per_axis("pads", windows.pads, 2 * rank, 0)
+            begin = pads[:rank]
+            out = tuple(f - b - e for f, b, e in zip(natural, begin, pads[rank:], strict=True))
+        else:
+            totals = [f - w for f, w in zip(natural, wanted, strict=True)]
+            upper = windows.auto_pad == "SAME_UPPER"
+            begin = tuple(t // 2 if upper else t - t // 2 for t in totals)
+            out = tuple(wanted)
+        if any(o < 1 for o in out):
+            raise self.node.bad_input(
+                f"ConvTranspose of spatial shape {spatial} with kernel {kernel} gives the empty "
+                f"output {out}",
+                self.node.inputs[0],
+            )
+        return out, begin
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, w = inputs[0], inputs[1]
+        (out,) = outputs
+        rank = x.ndim - 2
+        _, begin = self._place(x.shape[2:], w.shape[2:])
+        strides = self.windows.per_axis("strides", self.windows.strides, rank, 1)
+        dilations = self.windows.per_axis("dilations", self.windows.dilations, rank, 1)
+        ctx.kernels.conv_transpose_arrays(x, w, out, strides, begin, dilations, self.group)
+        self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("Conv", 1, ConvOp),
+    OpDef("ConvTranspose", 1, ConvTransposeOp),
+)

@@ -1,0 +1,286 @@
+"""Indexing: Gather, GatherElements, GatherND, and their inverses ScatterElements (and the
+older Scatter) and ScatterND.
+
+Index values are data, so they are checked while running: an index outside [-n, n-1] is the
+caller's input error and is reported naming the index, never as a backend IndexError (or, on a
+GPU, as a silent wrap). Negative indices count back from the end of their axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, normalize_axis
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import onnx_name
+from onemodel.tensors.shapes import contiguous_strides, element_count
+
+
+class IndexingOperator(Operator):
+    """Shared checks: index values within their axes (one device-to-host sync per run, the
+    price of reporting a bad index), and refusals that name every input shape."""
+
+    supports_exact = True
+
+    def checked_indices(self, ctx: RunContext, indices: Array, extent: Any, where: str) -> Array:
+        """`indices` with negative values made positive, after refusing any out of range.
+
+        `extent` is an int, or an array broadcasting against `indices` (GatherND's tuples)."""
+        xp = ctx.xp
+        outside = (indices < -extent) | (indices >= extent)
+        if bool(outside.any()):
+            first = int(ctx.kernels.memory.to_host(indices[outside][:1])[0])
+            raise self.node.bad_input(
+                f"{self.node.op_type} index {first} is out of range for {where}",
+                self.node.inputs[1],
+            )
+        return xp.where(indices < 0, indices + extent, indices)
+
+    def check_same_type(self, ctx: InferContext, first: int, second: int) -> None:
+        if ctx.dtype(first) != ctx.dtype(second):
+            raise self.node.invalid(
+                f"{self.node.op_type} inputs {first} and {second} have different element types "
+                f"{onnx_name(ctx.dtype(first))} and {onnx_name(ctx.dtype(second))}",
+                self.node.inputs[second],
+            )
+
+    def refuse_shapes(self, ctx: InferContext, why: str) -> Exception:
+        shapes = [list(ctx.shape(i)) for i in range(len(ctx))]
+        return self.node.bad_input(
+            f"{self.node.op_type} {why} (input shapes {shapes})", self.node.inputs[1]
+        )
+
+
+class AxisIndexingOperator(IndexingOperator):
+    """An operator indexing along one `axis` attribute (default 0)."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.axis = int(node.attr("axis", 0))
+
+    def data_axis(self, rank: int) -> int:
+        return normalize_axis(self.node, self.axis, rank, value=self.node.inputs[0])
+
+    def where(self, shape: tuple[int, ...], axis: int) -> str:
+        return f"axis {axis} of extent {shape[axis]} (data shape {list(shape)})"
+
+
+class GatherOp(AxisIndexingOperator):
+    """Gather: pick whole slices along `axis`; the output takes the indices' shape there."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, INDEX_TYPES, 1)
+        shape, indices = ctx.shape(0), ctx.shape(1)
+        if not shape:
+            raise self.refuse_shapes(ctx, "needs data of rank 1 or more")
+        axis = self.data_axis(len(shape))
+        return [ctx.output(ctx.dtype(0), (*shape[:axis], *indices, *shape[axis + 1 :]))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        data, indices = inputs[0], inputs[1]
+        axis = self.data_axis(data.ndim)
+        positions = self.checked_indices(
+            ctx, indices, data.shape[axis], self.where(data.shape, axis)
+        )
+        ctx.xp.take(data, positions, axis=axis, out=outputs[0])
+
+
+class ElementwiseIndexingOperator(AxisIndexingOperator):
+    """GatherElements and ScatterElements: indices of data's rank, one per element, with
+    extents no larger than data's off the axis."""
+
+    def check_element_indices(self, ctx: InferContext) -> int:
+        shape, indices = ctx.shape(0), ctx.shape(1)
+        if not shape or len(indices) != len(shape):
+            raise self.refuse_shapes(ctx, "needs data and indices of one rank, 1 or more")
+        axis = self.data_axis(len(shape))
+        if any(i > d for a, (i, d) in enumerate(zip(indices, shape, strict=True)) if a != axis):
+            raise self.refuse_shapes(ctx, f"indices exceed the data's extents off axis {axis}")
+        return axis
+
+    def element_positions(self, ctx: RunContext, data: Array, indices: Array) -> tuple[Array, ...]:
+        """For every index element its full position in data (broadcasting index arrays)."""
+        xp = ctx.xp
+        axis = self.data_axis(data.ndim)
+        checked = self.checked_indices(ctx, indices, data.shape[axis], self.where(data.shape, axis))
+        rank = indices.ndim
+        return tuple(
+            checked if a == axis else xp.arange(n).reshape((1,) * a + (n,) + (1,) * (rank - a - 1))
+            for a, n in enumerate(indices.shape)
+        )
+
+
+class GatherElementsOp(ElementwiseIndexingOperator):
+    """GatherElements: out[i][j] = data[indices[i][j]][j] (for axis 0)."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, INDEX_TYPES, 1)
+        self.check_element_indices(ctx)
+        return [ctx.output(ctx.dtype(0), ctx.shape(1))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        position = self.element_positions(ctx, inputs[0], inputs[1])
+        ctx.xp.copyto(outputs[0], inputs[0][position])
+
+
+class TupleIndexingOperator(IndexingOperator):
+    """GatherND and ScatterND: the last axis of `indices` holds tuples of length k addressing
+    data after `batch_dims` leading axes that data and indices share."""
+
+    batch_dims = 0
+
+    def check_tuples(self, ctx: InferContext) -> int:
+        """The tuple length k, after checking ranks, batch extents and k."""
+        shape, indices = ctx.shape(0), ctx.shape(1)
+        batch = self.batch_dims
+        if not shape or not indices or batch >= min(len(shape), len(indices)):
+            raise self.refuse_shapes(ctx, f"needs ranks above batch_dims {batch}")
+        if indices[:batch] != shape[:batch]:
+            raise self.refuse_shapes(ctx, f"needs equal extents on the {batch} batch axes")
+        k = indices[-1]
+        if not 1 <= k <= len(shape) - batch:
+            raise self.refuse_shapes(ctx, f"index tuples of length {k} do not address the data")
+        return k
+
+    def checked_tuples(self, ctx: RunContext, data: Array, indices: Array) -> Array:
+        b, k = self.batch_dims, indices.shape[-1]
+        extents = ctx.xp.asarray(data.shape[b : b + k], dtype=indices.dtype)
+        return self.checked_indices(ctx, indices, extents, f"data shape {list(data.shape)}")
+
+
+class GatherNDOp(TupleIndexingOperator):
+    """GatherND: each tuple picks an element or a slice; batch_dims from opset 12."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.batch_dims = int(node.attr("batch_dims", 0)) if node.opset >= 12 else 0
+        if self.batch_dims < 0:
+            raise node.invalid(f"GatherND batch_dims {self.batch_dims} is negative")
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, INT64_ONLY, 1)
+        k = self.check_tuples(ctx)
+        out_shape = (*ctx.shape(1)[:-1], *ctx.shape(0)[self.batch_dims + k :])
+        return [ctx.output(ctx.dtype(0), out_shape)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        """Tuples become row offsets into data seen as (batch, addressed elements, rest)."""
+        xp = ctx.xp
+        data, indices = inputs[0], inputs[1]
+        b, k = self.batch_dims, indices.shape[-1]
+        addressed = data.shape[b : b + k]
+        checked = self.checked_tuples(ctx, data, indices)
+        strides = xp.asarray(contiguous_strides(addressed), dtype=xp.int64)
+        batch = element_count(data.shape[:b])
+        per_batch = element_count(indices.shape[b:-1])
+        offsets = (checked.astype(xp.int64) * strides).sum(axis=-1).reshape(batch, per_batch)
+        rows = data.reshape(batch, element_count(addressed), element_count(data.shape[b + k :]))
+        picked = rows[xp.arange(batch).reshape(batch, 1), offsets]
+        xp.copyto(outputs[0], picked.reshape(outputs[0].shape))
+
+
+class ScatterReduction:
+    """How an update combines with the element it lands on: reduction "none" (replace; of
+    repeated positions one update wins, which ONNX leaves undefined), add/mul (opset 16),
+    max/min (opset 18). Reductions use ufunc.at, which applies every repeated update."""
+
+    _UFUNCS: ClassVar[dict[str, str]] = {
+        "add": "add",
+        "mul": "multiply",
+        "max": "maximum",
+        "min": "minimum",
+    }
+
+    def __init__(self, node: NodeInfo) -> None:
+        self.name = str(node.attr("reduction", "none")) if node.opset >= 16 else "none"
+        allowed = {"none", "add", "mul"} | ({"max", "min"} if node.opset >= 18 else set())
+        if self.name not in allowed:
+            raise node.invalid(
+                f"{node.op_type} reduction '{self.name}' is not one of {sorted(allowed)}"
+            )
+
+    def apply(self, ctx: RunContext, out: Array, position: tuple, updates: Array) -> None:
+        if self.name == "none":
+            out[position] = updates
+            return
+        ufunc = self._UFUNCS[self.name]
+        try:
+            getattr(ctx.xp, ufunc).at(out, position, updates)
+        except NotImplementedError:  # CuPy has no multiply.at: combine on the host instead
+            to_host = ctx.kernels.memory.to_host
+            host = to_host(out)
+            getattr(np, ufunc).at(host, tuple(to_host(p) for p in position), to_host(updates))
+            ctx.xp.copyto(out, ctx.xp.asarray(host))
+
+
+class ScatterElementsOp(ElementwiseIndexingOperator):
+    """ScatterElements (and Scatter, its name in opsets 9-10): the inverse of GatherElements.
+
+    The output may be data's own memory: data is copied first, which is then a no-op."""
+
+    in_place_input = 0
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.reduction = ScatterReduction(node)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, INDEX_TYPES, 1)
+        self.check_same_type(ctx, 0, 2)
+        self.check_element_indices(ctx)
+        if ctx.shape(2) != ctx.shape(1):
+            raise self.refuse_shapes(ctx, "needs updates of the indices' shape")
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        data, indices, updates = inputs[0], inputs[1], inputs[2]
+        position = self.element_positions(ctx, data, indices)
+        ctx.xp.copyto(outputs[0], data)
+        self.reduction.apply(ctx, outputs[0], position, updates)
+
+
+class ScatterNDOp(TupleIndexingOperator):
+    """ScatterND: the inverse of GatherND (no batch axes); may write into data's memory."""
+
+    in_place_input = 0
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.reduction = ScatterReduction(node)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, INT64_ONLY, 1)
+        self.check_same_type(ctx, 0, 2)
+        k = self.check_tuples(ctx)
+        expected = (*ctx.shape(1)[:-1], *ctx.shape(0)[k:])
+        if ctx.shape(2) != expected:
+            raise self.refuse_shapes(ctx, f"needs updates of shape {list(expected)}")
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        data, indices, updates = inputs[0], inputs[1], inputs[2]
+        checked = self.checked_tuples(ctx, data, indices)
+        ctx.xp.copyto(outputs[0], data)
+        position = tuple(checked[..., j] for j in range(indices.shape[-1]))
+        self.reduction.apply(ctx, outputs[0], position, updates)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("Gather", 1, GatherOp),
+    OpDef("GatherElements", 11, GatherElementsOp),
+    OpDef("GatherND", 11, GatherNDOp),
+    OpDef("Scatter", 9, ScatterElementsOp, until=10),
+    OpDef("ScatterElements", 11, ScatterElementsOp),
+    OpDef("ScatterND", 11, ScatterNDOp),
+)

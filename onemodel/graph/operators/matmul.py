@@ -1,0 +1,177 @@
+"""Matrix products: MatMul (NumPy's matmul, batch broadcasting included) and Gemm (a 2-D product
+with an alpha/beta epilogue).
+
+Both run on the backend's `matmul_arrays`; in exact mode floating products use
+`exact_matmul_arrays` instead, whose float64 sums in the fixed order k = 0..K−1 give the same
+bits on every machine. Gemm's epilogue is separate roundings (alpha·AB, beta·C, then their sum),
+never a fused multiply-add, so exact mode can define it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType
+
+_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+_INTEGERS = frozenset({DType.INT32, DType.INT64, DType.UINT32, DType.UINT64})
+
+
+def _product_types(opset: int) -> frozenset[int]:
+    """Integers join at opset 9, bfloat16 at 13 (the same steps for MatMul and Gemm)."""
+    allowed = set(_FLOATS)
+    if opset >= 9:
+        allowed |= _INTEGERS
+    if opset >= 13:
+        allowed.add(DType.BFLOAT16)
+    return frozenset(allowed)
+
+
+class MatrixProduct(Operator):
+    """What MatMul and Gemm share: their types, and the choice of the exact or fast kernel."""
+
+    supports_exact = True
+
+    def _check_operands(self, ctx: InferContext, *indices: int) -> int:
+        """The one element type of the operands at `indices`."""
+        self.check_types(ctx, _product_types(self.node.opset), *indices)
+        dtypes = {ctx.dtype(i) for i in indices if ctx.has(i)}
+        if len(dtypes) > 1:
+            raise self.node.invalid(
+                f"{self.node.op_type} needs operands of one element type, not "
+                f"{sorted(DType(d).name for d in dtypes)}"
+            )
+        return ctx.dtype(indices[0])
+
+    @staticmethod
+    def _multiply(ctx: RunContext, a: Array, b: Array, out: Array) -> None:
+        if ctx.exact and out.dtype.kind not in "iu":
+            ctx.kernels.exact_matmul_arrays(a, b, out)
+        else:
+            ctx.kernels.matmul_arrays(a, b, out)
+
+
+class MatMulOp(MatrixProduct):
+    """numpy.matmul: a 1-D operand is a row (left) or column (right) vector whose axis is then
+    dropped from the result; the batch dims of both operands broadcast."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        dtype = self._check_operands(ctx, 0, 1)
+        a, b = ctx.shape(0), ctx.shape(1)
+        if not a or not b:
+            raise self.node.bad_input(
+                f"MatMul needs operands of rank ≥ 1, not shapes {a} and {b}", self.node.inputs[0]
+            )
+        a_matrix = (1, *a) if len(a) == 1 else a
+        b_matrix = (*b, 1) if len(b) == 1 else b
+        if a_matrix[-1] != b_matrix[-2]:
+            raise self.node.bad_input(
+                f"MatMul of shapes {a} and {b}: the inner dimensions {a_matrix[-1]} and "
+                f"{b_matrix[-2]} differ",
+                self.node.inputs[1],
+            )
+        try:
+            batch = np.broadcast_shapes(a_matrix[:-2], b_matrix[:-2])
+        except ValueError:
+            raise self.node.bad_input(
+                f"MatMul of shapes {a} and {b}: the batch dimensions do not broadcast",
+                self.node.inputs[1],
+            ) from None
+        rows = (a_matrix[-2],) if len(a) > 1 else ()
+        cols = (b_matrix[-1],) if len(b) > 1 else ()
+        return [ctx.output(dtype, (*batch, *rows, *cols))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        a, b = inputs[0], inputs[1]
+        (out,) = outputs
+        a_matrix = a.reshape(1, -1) if a.ndim == 1 else a
+        b_matrix = b.reshape(-1, 1) if b.ndim == 1 else b
+        batch = out.shape[: max(a_matrix.ndim, b_matrix.ndim) - 2]
+        product = out.reshape(*batch, a_matrix.shape[-2], b_matrix.shape[-1])
+        self._multiply(ctx, a_matrix, b_matrix, product)
+
+
+class GemmOp(MatrixProduct):
+    """Y = alpha·op(A)·op(B) + beta·C with op a transpose when transA/transB say so.
+
+    C broadcasts one way to (M, N); before opset 7 only when the `broadcast` attribute says so,
+    and before opset 11 it is required. beta = 0 ignores C (so its NaNs and infinities too), as
+    onnxruntime and the ONNX reference do. Integer types scale in float64 and truncate.
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.trans_a = bool(node.attr("transA", 0))
+        self.trans_b = bool(node.attr("transB", 0))
+        self.alpha = float(node.attr("alpha", 1.0))
+        self.beta = float(node.attr("beta", 1.0))
+        self.c_broadcasts = node.opset >= 7 or bool(node.attr("broadcast", 0))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        dtype = self._check_operands(ctx, 0, 1, 2)
+        a, b = ctx.shape(0), ctx.shape(1)
+        if len(a) != 2 or len(b) != 2:
+            raise self.node.bad_input(
+                f"Gemm needs 2-D A and B, not shapes {a} and {b}", self.node.inputs[0]
+            )
+        rows, inner = a[::-1] if self.trans_a else a
+        inner_b, cols = b[::-1] if self.trans_b else b
+        if inner != inner_b:
+            raise self.node.bad_input(
+                f"Gemm of A {a} (transA={int(self.trans_a)}) and B {b} "
+                f"(transB={int(self.trans_b)}): the inner dimensions {inner} and {inner_b} differ",
+                self.node.inputs[1],
+            )
+        if ctx.has(2):
+            self._check_c(ctx.shape(2), (rows, cols))
+        elif self.node.opset < 11:
+            raise self.node.invalid(f"Gemm before opset 11 needs the input C ({self.node.label})")
+        return [ctx.output(dtype, (rows, cols))]
+
+    def _check_c(self, c: tuple[int, ...], target: tuple[int, int]) -> None:
+        fits = c == target or (
+            self.c_broadcasts
+            and len(c) <= 2
+            and all(d in (1, t) for d, t in zip(c[::-1], target[::-1], strict=False))
+        )
+        if not fits:
+            how = "broadcast one way" if self.c_broadcasts else "be equal (broadcast=0)"
+            raise self.node.bad_input(
+                f"Gemm's C of shape {c} must {how} to the product's shape {target}",
+                self.node.inputs[2],
+            )
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        a, b, c = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+        (out,) = outputs
+        self._multiply(ctx, a.T if self.trans_a else a, b.T if self.trans_b else b, out)
+        xp = ctx.xp
+        # Each scale is one float64 product rounded to the output type: exact for float32 and
+        # double operands, and no pre-rounding of alpha for float16 (truncation for integers).
+        with np.errstate(all="ignore"):
+            if self.alpha != 1.0:
+                xp.multiply(out, np.float64(self.alpha), out=out, casting="unsafe")
+            if c is not None and self.beta != 0.0:
+                if self.beta != 1.0:
+                    scaled = xp.empty(c.shape, dtype=out.dtype)
+                    xp.multiply(c, np.float64(self.beta), out=scaled, casting="unsafe")
+                    c = scaled
+                xp.add(out, c, out=out)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("MatMul", 1, MatMulOp),
+    OpDef("Gemm", 1, GemmOp),
+)

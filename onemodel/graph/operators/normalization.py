@@ -1,0 +1,348 @@
+"""Normalizations for inference: BatchNormalization (with stored statistics), the ones that
+standardize by statistics of the input itself (LayerNormalization, InstanceNormalization,
+GroupNormalization), LpNormalization and LRN.
+
+Statistics are computed in float32 (float64 for double inputs): float16 and bfloat16 would lose
+most of a variance's digits, and NumPy has no fast loops for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType, numpy_dtype_for_onnx
+
+_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+_ALL_FLOATS = _FLOATS | {DType.BFLOAT16}
+
+
+def _compute_dtype(xp: Any, *dtypes: Any) -> Any:
+    """float64 when any operand is double, else float32."""
+    return xp.float64 if any(d == np.float64 for d in dtypes) else xp.float32
+
+
+def _normalized_axis(op: Operator, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise op.node.bad_input(
+            f"{op.node.op_type}: axis {axis} is out of range for rank {rank}",
+            op.node.inputs[0],
+        )
+    return axis % rank
+
+
+class BatchNormalizationOp(Operator):
+    """Y = (X − mean) / √(var + ε) · scale + B per channel, with the stored mean and var.
+
+    Training (is_test = 0 before opset 7, training_mode = 1 from opset 14, or the extra
+    statistics outputs before opset 14) is refused. Before opset 9, spatial = 0 gives each
+    element of a sample its own statistics: the parameters then have X's shape minus N.
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.epsilon = float(node.attr("epsilon", 1e-5))
+        training = (
+            (node.opset < 7 and not node.attr("is_test", 0))
+            or (node.opset >= 14 and bool(node.attr("training_mode", 0)))
+            or sum(1 for name in node.outputs if name) > 1
+        )
+        if training:
+            raise node.unsupported(
+                "BatchNormalization in training mode (batch statistics, running statistics "
+                "outputs) is not supported; export the model for inference"
+            )
+        self.per_element = node.opset < 9 and not node.attr("spatial", 1)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        opset = self.node.opset
+        types = _ALL_FLOATS if opset >= 14 else _FLOATS
+        self.check_types(ctx, types)
+        if opset < 14 and len({ctx.dtype(i) for i in range(5)}) > 1:
+            raise self.node.invalid("BatchNormalization before opset 14 needs one element type")
+        x = ctx.shape(0)
+        if len(x) < 2:
+            raise self.node.bad_input(
+                f"BatchNormalization needs an input (N, C, …), not shape {x}", self.node.inputs[0]
+            )
+        expected = x[1:] if self.per_element else (x[1],)
+        for i in range(1, 5):
+            if ctx.shape(i) != expected:
+                raise self.node.bad_input(
+                    f"BatchNormalization of X {x}: input {i} has shape {ctx.shape(i)}, not "
+                    f"{expected}",
+                    self.node.inputs[i],
+                )
+        return [ctx.output(ctx.dtype(0), x)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, scale, bias, mean, var = inputs[:5]
+        (out,) = outputs
+        xp = ctx.xp
+        compute = _compute_dtype(xp, *(a.dtype for a in inputs[:5]))
+        shape = (1, *scale.shape, *(1,) * (x.ndim - 1 - scale.ndim))
+        with np.errstate(all="ignore"):
+            factor = scale.astype(compute) / xp.sqrt(var.astype(compute) + self.epsilon)
+            shift = bias.astype(compute) - mean.astype(compute) * factor
+            result = x.astype(compute, copy=False) * factor.reshape(shape)
+            xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
+
+
+class Standardization(Operator):
+    """Normalizing by the mean and variance of the input itself over some axes."""
+
+    def _standardize(
+        self, xp: Any, x: Array, axes: tuple[int, ...], epsilon: float, compute: Any
+    ) -> tuple[Array, Array, Array]:
+        """(x − mean) / √(var + ε), the mean and 1 / √(var + ε), in `compute`."""
+        values = x.astype(compute)
+        with np.errstate(all="ignore"):
+            mean = xp.mean(values, axis=axes, keepdims=True)
+            values -= mean
+            variance = xp.mean(values * values, axis=axes, keepdims=True)
+            inv_std = 1 / xp.sqrt(variance + epsilon)
+            values *= inv_std
+        return values, mean, inv_std
+
+    @staticmethod
+    def _affine(xp: Any, values: Array, scale: Array, bias: Array | None, out: Array) -> None:
+        """out = values · scale + bias (already shaped to broadcast), rounded once."""
+        with np.errstate(all="ignore"):
+            values *= scale
+            if bias is not None:
+                values += bias
+        out[...] = values
+
+
+class LayerNormalizationOp(Standardization):
+    """Standardize over the axes from `axis` on; Scale and B broadcast to those axes' shape.
+
+    Mean and InvStdDev (optional outputs) have X's shape with the normalized axes set to 1 and
+    the element type stash_type, which also sets the precision of the statistics.
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.axis = int(node.attr("axis", -1))
+        self.epsilon = float(node.attr("epsilon", 1e-5))
+        self.stash_type = int(node.attr("stash_type", DType.FLOAT))
+        if self.stash_type not in (DType.FLOAT, DType.BFLOAT16, DType.DOUBLE, DType.FLOAT16):
+            raise node.invalid(f"LayerNormalization: stash_type {self.stash_type} is not a float")
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _ALL_FLOATS)
+        x = ctx.shape(0)
+        axis = _normalized_axis(self, self.axis, len(x))
+        normalized = x[axis:]
+        for i in (1, 2):
+            if ctx.has(i) and not _broadcasts_to(ctx.shape(i), normalized):
+                raise self.node.bad_input(
+                    f"LayerNormalization of X {x} over axes from {axis}: input {i} of shape "
+                    f"{ctx.shape(i)} does not broadcast to {normalized}",
+                    self.node.inputs[i],
+                )
+        stats = (*x[:axis], *(1,) * len(normalized))
+        specs = [ctx.output(ctx.dtype(0), x)]
+        specs += [ctx.output(self.stash_type, stats) for _ in self.node.outputs[1:3]]
+        return specs
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        xp = ctx.xp
+        axis = self.axis % x.ndim
+        stash = numpy_dtype_for_onnx(self.stash_type)
+        compute = _compute_dtype(xp, x.dtype, stash)
+        values, mean, inv_std = self._standardize(
+            xp, x, tuple(range(axis, x.ndim)), self.epsilon, compute
+        )
+        self._affine(
+            xp, values, scale.astype(compute), None if bias is None else bias.astype(compute),
+            outputs[0],
+        )  # fmt: skip
+        for out, statistic in zip(outputs[1:], (mean, inv_std), strict=False):
+            out[...] = statistic
+
+
+class InstanceNormalizationOp(Standardization):
+    """Standardize each (sample, channel) over its spatial axes; scale and B per channel."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.epsilon = float(node.attr("epsilon", 1e-5))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _ALL_FLOATS if self.node.opset >= 22 else _FLOATS)
+        x = ctx.shape(0)
+        if len(x) < 3:
+            raise self.node.bad_input(
+                f"InstanceNormalization needs an input (N, C, D1, …), not shape {x}",
+                self.node.inputs[0],
+            )
+        for i in (1, 2):
+            if ctx.shape(i) != (x[1],):
+                raise self.node.bad_input(
+                    f"InstanceNormalization of X {x}: input {i} has shape {ctx.shape(i)}, not "
+                    f"({x[1]},)",
+                    self.node.inputs[i],
+                )
+        return [ctx.output(ctx.dtype(0), x)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, scale, bias = inputs[:3]
+        xp = ctx.xp
+        compute = _compute_dtype(xp, x.dtype)
+        values, _, _ = self._standardize(xp, x, tuple(range(2, x.ndim)), self.epsilon, compute)
+        shape = (-1, *(1,) * (x.ndim - 2))
+        self._affine(
+            xp, values, scale.astype(compute).reshape(shape),
+            bias.astype(compute).reshape(shape), outputs[0],
+        )  # fmt: skip
+
+
+class GroupNormalizationOp(Standardization):
+    """Standardize each sample's channels in `num_groups` groups of consecutive channels.
+
+    Scale and bias are per group at opset 18 and per channel from opset 21, where stash_type
+    sets the precision of the statistics (float32 by default).
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.groups = int(node.attr("num_groups"))
+        self.epsilon = float(node.attr("epsilon", 1e-5))
+        self.stash_type = int(node.attr("stash_type", DType.FLOAT))
+        if self.groups < 1:
+            raise node.invalid(f"GroupNormalization: num_groups {self.groups} must be ≥ 1")
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _ALL_FLOATS)
+        x = ctx.shape(0)
+        if len(x) < 2 or x[1] % self.groups:
+            raise self.node.bad_input(
+                f"GroupNormalization needs an input (N, C, …) with C divisible by num_groups "
+                f"{self.groups}, not shape {x}",
+                self.node.inputs[0],
+            )
+        per = self.groups if self.node.opset < 21 else x[1]
+        for i in (1, 2):
+            if ctx.shape(i) != (per,):
+                raise self.node.bad_input(
+                    f"GroupNormalization of X {x}: input {i} has shape {ctx.shape(i)}, not "
+                    f"({per},)",
+                    self.node.inputs[i],
+                )
+        return [ctx.output(ctx.dtype(0), x)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, scale, bias = inputs[:3]
+        xp = ctx.xp
+        compute = _compute_dtype(xp, x.dtype, numpy_dtype_for_onnx(self.stash_type))
+        grouped = x.reshape(x.shape[0], self.groups, -1)
+        values, _, _ = self._standardize(xp, grouped, (2,), self.epsilon, compute)
+        if self.node.opset < 21:
+            shape = (1, self.groups, 1)
+        else:
+            values = values.reshape(x.shape)
+            shape = (1, -1, *(1,) * (x.ndim - 2))
+        self._affine(
+            xp, values, scale.astype(compute).reshape(shape),
+            bias.astype(compute).reshape(shape), outputs[0].reshape(values.shape),
+        )  # fmt: skip
+
+
+class LpNormalizationOp(Operator):
+    """x / ‖x‖_p along `axis` (p is 1 or 2); a zero norm gives 0 rather than NaN."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.axis = int(node.attr("axis", -1))
+        self.p = int(node.attr("p", 2))
+        if self.p not in (1, 2):
+            raise node.invalid(f"LpNormalization: p must be 1 or 2, not {self.p}")
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _ALL_FLOATS if self.node.opset >= 22 else _FLOATS)
+        _normalized_axis(self, self.axis, len(ctx.shape(0)))
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        xp = ctx.xp
+        values = x.astype(_compute_dtype(xp, x.dtype))
+        axis = self.axis % x.ndim
+        with np.errstate(all="ignore"):
+            if self.p == 1:
+                norm = xp.sum(xp.abs(values), axis=axis, keepdims=True)
+            else:
+                norm = xp.sqrt(xp.sum(values * values, axis=axis, keepdims=True))
+            values /= xp.where(norm == 0, 1, norm)
+        outputs[0][...] = values
+
+
+class LRNOp(Operator):
+    """Local response normalization across channels (AlexNet, Inception v1):
+    y = x / (bias + alpha/size · Σ x²)^beta, the sum over channels c − ⌊(size−1)/2⌋ ..
+    c + ⌈(size−1)/2⌉ that exist. The window sums come from one cumulative sum over the
+    zero-padded channel axis."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.size = int(node.attr("size"))
+        if self.size < 1:
+            raise node.invalid(f"LRN: size must be positive, not {self.size}")
+        self.alpha = float(node.attr("alpha", 1e-4))
+        self.beta = float(node.attr("beta", 0.75))
+        self.bias = float(node.attr("bias", 1.0))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _ALL_FLOATS if self.node.opset >= 13 else _FLOATS)
+        if len(ctx.shape(0)) < 3:
+            raise self.node.bad_input(
+                f"LRN needs an (N, C, ...) input, got shape {list(ctx.shape(0))}",
+                self.node.inputs[0],
+            )
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        xp = ctx.xp
+        values = x.astype(_compute_dtype(xp, x.dtype))
+        before, after = (self.size - 1) // 2, self.size // 2
+        squares = values * values
+        padding = [(0, 0)] * x.ndim
+        padding[1] = (before + 1, after)
+        running = xp.cumsum(xp.pad(squares, padding), axis=1)
+        channels = x.shape[1]
+        window = running[:, self.size : self.size + channels] - running[:, :channels]
+        with np.errstate(all="ignore"):
+            scale = (self.bias + (self.alpha / self.size) * window) ** self.beta
+            outputs[0][...] = values / scale
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether `shape` broadcasts one way (NumPy rules) to `target`."""
+    return len(shape) <= len(target) and all(
+        d in (1, t) for d, t in zip(shape[::-1], target[::-1], strict=False)
+    )
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("BatchNormalization", 1, BatchNormalizationOp),
+    OpDef("LayerNormalization", 17, LayerNormalizationOp),
+    OpDef("InstanceNormalization", 1, InstanceNormalizationOp),
+    OpDef("GroupNormalization", 18, GroupNormalizationOp),
+    OpDef("LpNormalization", 1, LpNormalizationOp),
+    OpDef("LRN", 1, LRNOp),
+)

@@ -1,0 +1,71 @@
+"""The static operator table: every operator the runtime runs, with its opset range.
+
+Each family module lists its definitions in a `DEFS` tuple; this table is their concatenation,
+in one place, with nothing found by reflection. A node resolves to the definition whose range
+holds the opset its model imports for the node's domain; a node no range covers is reported
+(with every other such node) when the session is created.
+"""
+
+from __future__ import annotations
+
+from onemodel.graph.operators import (
+    activations,
+    binary,
+    cast,
+    concat_split,
+    constants,
+    conv,
+    dropout,
+    expand_tile,
+    gather,
+    matmul,
+    normalization,
+    pad,
+    pooling,
+    reductions,
+    shape_info,
+    slice,
+    softmax,
+    transpose,
+    unary,
+    views,
+    where,
+)
+from onemodel.graph.operators.base import OpDef
+
+TABLE: tuple[OpDef, ...] = (
+    *activations.DEFS,
+    *binary.DEFS,
+    *cast.DEFS,
+    *concat_split.DEFS,
+    *constants.DEFS,
+    *conv.DEFS,
+    *dropout.DEFS,
+    *expand_tile.DEFS,
+    *gather.DEFS,
+    *matmul.DEFS,
+    *normalization.DEFS,
+    *pad.DEFS,
+    *pooling.DEFS,
+    *reductions.DEFS,
+    *shape_info.DEFS,
+    *slice.DEFS,
+    *softmax.DEFS,
+    *transpose.DEFS,
+    *unary.DEFS,
+    *views.DEFS,
+    *where.DEFS,
+)
+
+_BY_NAME: dict[tuple[str, str], tuple[OpDef, ...]] = {}
+for _definition in TABLE:
+    _key = (_definition.domain, _definition.op_type)
+    _BY_NAME[_key] = (*_BY_NAME.get(_key, ()), _definition)
+
+
+def resolve(domain: str, op_type: str, opset: int) -> OpDef | None:
+    """The definition of `op_type` in `domain` at `opset`, or None when none covers it."""
+    for definition in _BY_NAME.get((domain, op_type), ()):
+        if definition.covers(opset):
+            return definition
+    return None

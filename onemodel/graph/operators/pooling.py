@@ -1,0 +1,260 @@
+"""Pooling: MaxPool, AveragePool and LpPool over sliding windows, and their global forms.
+
+Windows are placed by conv's `SlidingWindows` (auto_pad, pads, strides, dilations, ceil_mode).
+Padding never takes part: MaxPool compares real positions only, AveragePool divides by the
+number of real positions (or, with count_include_pad, of positions inside the explicit pads),
+LpPool adds nothing for padding. A window that holds no real position has no defined maximum
+or average and is refused. float16 and bfloat16 are accumulated in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_axes
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.graph.operators.conv import Placement, SlidingWindows
+from onemodel.tensors import DType
+
+_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+
+
+def _float_types(opset: int) -> frozenset[int]:
+    """float16, float and double; bfloat16 from opset 22."""
+    return _FLOATS | ({DType.BFLOAT16} if opset >= 22 else frozenset())
+
+
+def _compute_dtype(xp: Any, dtype: Any) -> Any:
+    """float32 for float16 and bfloat16 (NumPy has no fast loops for them), else `dtype`."""
+    return xp.float32 if dtype in NARROW_FLOATS else dtype
+
+
+class WindowPool(Operator):
+    """What the sliding-window pools share: attributes, the placement, and the output spec."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.windows = SlidingWindows(node)
+        if self.windows.kernel_shape is None:
+            raise node.invalid(f"{node.op_type} needs the attribute 'kernel_shape'")
+        self.ceil_mode = bool(node.attr("ceil_mode", 0))
+
+    def _types(self) -> frozenset[int]:
+        return _float_types(self.node.opset)
+
+    def _place(self, shape: tuple[int, ...]) -> Placement:
+        rank = len(shape) - 2
+        if rank < 1:
+            raise self.node.bad_input(
+                f"{self.node.op_type} needs an input (N, C, D1, …), not shape {shape}",
+                self.node.inputs[0],
+            )
+        kernel = self.windows.kernel_for(None, rank)
+        return self.windows.place(shape[2:], kernel, self.ceil_mode)
+
+    def _axes(self, shape: tuple[int, ...], placement: Placement) -> list[WindowAxis]:
+        return window_axes(
+            shape[2:],
+            placement.out_spatial,
+            self.windows.kernel_shape,
+            placement.strides,
+            placement.pads_begin,
+            placement.dilations,
+        )
+
+    def _refuse_windows_of_padding(self, shape: tuple[int, ...], placement: Placement) -> None:
+        for i, axis in enumerate(self._axes(shape, placement)):
+            if axis.windows_without_real():
+                raise self.node.bad_input(
+                    f"{self.node.op_type} of shape {shape}: along spatial axis {i} some windows "
+                    f"hold padding only (pads {placement.pads_begin[i]}/{placement.pads_end[i]}, "
+                    f"kernel {axis.kernel}, dilation {axis.dilation}), which have no value",
+                    self.node.inputs[0],
+                )
+
+    def _output_spec(self, ctx: InferContext) -> tuple[TensorSpec, Placement]:
+        self.check_types(ctx, self._types(), 0)
+        shape = ctx.shape(0)
+        placement = self._place(shape)
+        return ctx.output(ctx.dtype(0), (*shape[:2], *placement.out_spatial)), placement
+
+    def _kernel_args(self, x: Array) -> tuple[Any, ...]:
+        placement = self._place(x.shape)
+        return (
+            self.windows.kernel_shape,
+            placement.strides,
+            placement.pads_begin,
+            placement.dilations,
+        )
+
+
+class MaxPoolOp(WindowPool):
+    """The largest real value of each window; NaN wins, ties keep the first in row-major order.
+
+    The optional Indices output (int64) is the flat position of each winner in the whole input,
+    its plane part row-major (storage_order 0) or column-major (storage_order 1).
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.column_major = bool(node.attr("storage_order", 0))
+        self.wants_indices = len(node.outputs) > 1 and bool(node.outputs[1])
+        if len(node.outputs) > 1 and node.opset < 8:
+            raise node.invalid("MaxPool has the Indices output from opset 8")
+
+    def _types(self) -> frozenset[int]:
+        extra = {DType.INT8, DType.UINT8} if self.node.opset >= 12 else set()
+        return _float_types(self.node.opset) | extra
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        spec, placement = self._output_spec(ctx)
+        self._refuse_windows_of_padding(ctx.shape(0), placement)
+        if len(self.node.outputs) < 2:
+            return [spec]
+        return [spec, ctx.output(DType.INT64, spec.shape)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        indices = outputs[1] if self.wants_indices else None
+        ctx.kernels.max_pool_arrays(x, outputs[0], *self._kernel_args(x), indices=indices)
+        if indices is not None:
+            self._globalize(ctx.xp, indices, x.shape)
+
+    def _globalize(self, xp: Any, indices: Array, shape: tuple[int, ...]) -> None:
+        """Plane positions (row-major) to positions in the whole input, in place."""
+        spatial = shape[2:]
+        plane = int(np.prod(spatial))
+        if self.column_major:
+            # Peel coordinates off the last axis first; Horner's rule over them in that order
+            # builds the position with the first axis varying fastest.
+            remaining, column_major = indices.copy(), xp.zeros_like(indices)
+            for size in reversed(spatial):
+                remaining, coordinate = xp.divmod(remaining, size)
+                column_major *= size
+                column_major += coordinate
+            indices[...] = column_major
+        planes = xp.arange(shape[0] * shape[1], dtype=xp.int64).reshape(shape[0], shape[1])
+        indices += planes.reshape(*planes.shape, *(1,) * len(spatial)) * plane
+
+
+class AveragePoolOp(WindowPool):
+    """The mean of each window's real positions; with count_include_pad, padding counts as
+    zeros but positions past the explicit pads (added by ceil_mode) still do not."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.count_include_pad = bool(node.attr("count_include_pad", 0))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        spec, placement = self._output_spec(ctx)
+        if not self.count_include_pad:
+            self._refuse_windows_of_padding(ctx.shape(0), placement)
+        return [spec]
+
+    def _divisor(self, shape: tuple[int, ...], placement: Placement) -> np.ndarray:
+        """Per output position, how many positions of its window count (a host array)."""
+        counts = []
+        for i, axis in enumerate(self._axes(shape, placement)):
+            low, high = 0, axis.size
+            if self.count_include_pad:
+                low, high = -placement.pads_begin[i], axis.size + placement.pads_end[i]
+            positions = (
+                np.arange(axis.extent)[:, None] * axis.stride
+                - axis.pad
+                + np.arange(axis.kernel)[None, :] * axis.dilation
+            )
+            counts.append(np.count_nonzero((positions >= low) & (positions < high), axis=1))
+        divisor = np.ones((), dtype=np.int64)
+        for count in counts:
+            divisor = np.multiply.outer(divisor, count)
+        return divisor
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        xp = ctx.xp
+        compute = _compute_dtype(xp, out.dtype)
+        total = out if compute == out.dtype else xp.empty(out.shape, dtype=compute)
+        ctx.kernels.sum_pool_arrays(x, total, *self._kernel_args(x))
+        divisor = xp.asarray(self._divisor(x.shape, self._place(x.shape)), dtype=compute)
+        xp.divide(total, divisor, out=out, casting="unsafe")
+
+
+class LpPoolOp(WindowPool):
+    """(Σ |x|^p)^(1/p) over each window; padding adds nothing."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.p = float(node.attr("p", 2))
+        if self.p <= 0:
+            raise node.invalid(f"LpPool: p {self.p} must be positive")
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        return [self._output_spec(ctx)[0]]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        xp = ctx.xp
+        compute = _compute_dtype(xp, out.dtype)
+        powers = xp.abs(x.astype(compute))
+        total = out if compute == out.dtype else xp.empty(out.shape, dtype=compute)
+        with np.errstate(all="ignore"):
+            xp.power(powers, self.p, out=powers)
+            ctx.kernels.sum_pool_arrays(powers, total, *self._kernel_args(x))
+            xp.power(total, 1.0 / self.p, out=out, casting="unsafe")
+
+
+class GlobalPool(Operator):
+    """A reduction over every spatial axis, keeping them as size 1."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _float_types(self.node.opset), 0)
+        shape = ctx.shape(0)
+        if len(shape) < 3:
+            raise self.node.bad_input(
+                f"{self.node.op_type} needs an input (N, C, D1, …), not shape {shape}",
+                self.node.inputs[0],
+            )
+        if any(d == 0 for d in shape[2:]):
+            raise self.node.bad_input(
+                f"{self.node.op_type} of shape {shape}: an empty spatial axis has no value",
+                self.node.inputs[0],
+            )
+        return [ctx.output(ctx.dtype(0), (*shape[:2], *(1,) * (len(shape) - 2)))]
+
+
+class GlobalAveragePoolOp(GlobalPool):
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        compute = _compute_dtype(ctx.xp, out.dtype)
+        axes = tuple(range(2, x.ndim))
+        out[...] = ctx.xp.mean(x, axis=axes, keepdims=True, dtype=compute)
+
+
+class GlobalMaxPoolOp(GlobalPool):
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        out[...] = ctx.xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("MaxPool", 1, MaxPoolOp),
+    OpDef("AveragePool", 1, AveragePoolOp),
+    OpDef("LpPool", 1, LpPoolOp),
+    OpDef("GlobalAveragePool", 1, GlobalAveragePoolOp),
+    OpDef("GlobalMaxPool", 1, GlobalMaxPoolOp),
+)

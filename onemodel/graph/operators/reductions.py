@@ -1,0 +1,303 @@
+"""Reductions over axes (ReduceSum, ReduceMean, …) and ArgMax / ArgMin along one axis.
+
+The axes are an attribute before the opset where they became the optional second input
+(ReduceSum 13, the others 18). No axes means every axis, or with noop_with_empty_axes (from
+that same opset) the identity. A reduction over nothing (an axis of length 0) gives the
+operation's identity: 0 for sums, 1 for products, −inf for max, +inf for min, −inf for logs
+of sums.
+
+Accumulation types: integers keep their type for sums, products, max and min (wrapping as
+ONNX's integer arithmetic does) and go through float64 for means, norms and logs, truncated
+back; float16 and bfloat16 are accumulated in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.backends.array_kernels import NARROW_FLOATS
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType
+
+_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+_WIDE_INTEGERS = frozenset({DType.INT32, DType.INT64, DType.UINT32, DType.UINT64})
+
+
+class Reduction(Operator):
+    """keepdims, noop_with_empty_axes, axes as attribute or input; subclasses reduce."""
+
+    axes_input_since: ClassVar[int] = 18
+    # Whether integers stay integers through the whole computation (else float64, truncated).
+    integer_exact: ClassVar[bool] = False
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.keepdims = bool(node.attr("keepdims", 1))
+        self.axes_from_input = node.opset >= self.axes_input_since
+        self.noop_with_empty_axes = self.axes_from_input and bool(
+            node.attr("noop_with_empty_axes", 0)
+        )
+        attribute = None if self.axes_from_input else node.attr("axes", None)
+        self.attribute_axes = None if attribute is None else tuple(int(a) for a in attribute)
+
+    def _types(self) -> frozenset[int]:
+        allowed = _FLOATS | _WIDE_INTEGERS
+        return allowed | {DType.BFLOAT16} if self.node.opset >= 13 else allowed
+
+    def _given_axes(self, values: Any) -> tuple[int, ...] | None:
+        """The axes the node names (None: not given), from the attribute or a host value."""
+        if not self.axes_from_input:
+            return self.attribute_axes
+        if values is None:
+            return None
+        return tuple(int(a) for a in np.asarray(values).reshape(-1))
+
+    def _axes(self, given: tuple[int, ...] | None, rank: int) -> tuple[int, ...] | None:
+        """Normalized, checked axes; None when the node is the identity."""
+        if not given:
+            return None if self.noop_with_empty_axes else tuple(range(rank))
+        if any(not -max(rank, 1) <= a < max(rank, 1) for a in given):
+            raise self.node.bad_input(
+                f"{self.node.op_type}: axes {given} out of range for rank {rank}",
+                self.node.inputs[-1] if self.axes_from_input else self.node.inputs[0],
+            )
+        axes = tuple(sorted({a % rank for a in given})) if rank else ()
+        if len(axes) != len(given):
+            raise self.node.bad_input(f"{self.node.op_type}: axes {given} repeat an axis")
+        return axes
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, self._types(), 0)
+        if self.axes_from_input and ctx.has(1):
+            self.check_types(ctx, frozenset({DType.INT64}), 1)
+            given = self._given_axes(ctx.value(1))
+        else:
+            given = self._given_axes(None)
+        shape = ctx.shape(0)
+        axes = self._axes(given, len(shape))
+        if axes is None:
+            return [ctx.output(ctx.dtype(0), shape)]
+        if self.keepdims:
+            reduced = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        else:
+            reduced = tuple(d for i, d in enumerate(shape) if i not in axes)
+        return [ctx.output(ctx.dtype(0), reduced)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        has_axes = self.axes_from_input and len(inputs) > 1 and inputs[1] is not None
+        given = self._given_axes(inputs[1].tolist() if has_axes else None)
+        axes = self._axes(given, x.ndim)
+        xp = ctx.xp
+        if axes is None:
+            xp.copyto(out, x)
+            return
+        values = x.astype(self._compute_dtype(xp, x.dtype), copy=False)
+        with np.errstate(all="ignore"):
+            if any(x.shape[a] == 0 for a in axes):
+                out[...] = self._identity(values.dtype)
+            else:
+                result = self._reduce(xp, values, axes)
+                out[...] = result.reshape(out.shape)
+
+    def _compute_dtype(self, xp: Any, dtype: Any) -> Any:
+        if dtype in NARROW_FLOATS:
+            return xp.float32
+        if dtype.kind in "iu" and not self.integer_exact:
+            return xp.float64
+        return dtype
+
+    def _identity(self, dtype: Any) -> Any:
+        """The result of reducing nothing."""
+        return 0
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        raise NotImplementedError
+
+
+class ReduceSumOp(Reduction):
+    axes_input_since = 13
+    integer_exact = True
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.sum(values, axis=axes, dtype=values.dtype)
+
+
+class ReduceSumSquareOp(Reduction):
+    integer_exact = True
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.sum(values * values, axis=axes, dtype=values.dtype)
+
+
+class ReduceL1Op(Reduction):
+    integer_exact = True
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.sum(xp.abs(values), axis=axes, dtype=values.dtype)
+
+
+class ReduceL2Op(Reduction):
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.sqrt(xp.sum(values * values, axis=axes))
+
+
+class ReduceMeanOp(Reduction):
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.mean(values, axis=axes)
+
+    def _identity(self, dtype: Any) -> Any:
+        return float("nan")  # 0 / 0
+
+
+class ReduceProdOp(Reduction):
+    integer_exact = True
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.prod(values, axis=axes, dtype=values.dtype)
+
+    def _identity(self, dtype: Any) -> Any:
+        return 1
+
+
+class ReduceLogSumOp(Reduction):
+    def _types(self) -> frozenset[int]:
+        return super()._types() - _WIDE_INTEGERS if self.node.opset >= 28 else super()._types()
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.log(xp.sum(values, axis=axes))
+
+    def _identity(self, dtype: Any) -> Any:
+        return -np.inf
+
+
+class ReduceLogSumExpOp(ReduceLogSumOp):
+    """log Σ exp(x − m) + m with m the max: exp cannot overflow. An infinite m is left out."""
+
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        peak = xp.max(values, axis=axes, keepdims=True)
+        peak = xp.where(xp.isfinite(peak), peak, 0)
+        total = xp.sum(xp.exp(values - peak), axis=axes, keepdims=True)
+        return xp.log(total) + peak
+
+
+class ExtremumReduction(Reduction):
+    """Max and min: integer types stay integers, int8/uint8 from opset 12, bool from 20."""
+
+    integer_exact = True
+
+    def _types(self) -> frozenset[int]:
+        allowed = super()._types()
+        if self.node.opset >= 12:
+            allowed |= {DType.INT8, DType.UINT8}
+        if self.node.opset >= 20:
+            allowed |= {DType.BOOL}
+        return allowed
+
+
+class ReduceMaxOp(ExtremumReduction):
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.max(values, axis=axes)
+
+    def _identity(self, dtype: Any) -> Any:
+        if dtype.kind in "iu":
+            return np.iinfo(dtype).min
+        return False if dtype.kind == "b" else -np.inf
+
+
+class ReduceMinOp(ExtremumReduction):
+    def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.min(values, axis=axes)
+
+    def _identity(self, dtype: Any) -> Any:
+        if dtype.kind in "iu":
+            return np.iinfo(dtype).max
+        return True if dtype.kind == "b" else np.inf
+
+
+class ArgExtremum(Operator):
+    """The int64 position of the first (or, with select_last_index, last) extremum along
+    `axis`; NaN counts as the extremum, as in NumPy."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.axis = int(node.attr("axis", 0))
+        self.keepdims = bool(node.attr("keepdims", 1))
+        self.last = bool(node.attr("select_last_index", 0))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        allowed = {
+            DType.FLOAT16, DType.FLOAT, DType.DOUBLE, DType.INT8, DType.INT16, DType.INT32,
+            DType.INT64, DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64,
+        }  # fmt: skip
+        if self.node.opset >= 13:
+            allowed.add(DType.BFLOAT16)
+        self.check_types(ctx, frozenset(allowed), 0)
+        shape = ctx.shape(0)
+        rank = len(shape)
+        if not -rank <= self.axis < rank or shape[self.axis] == 0:
+            raise self.node.bad_input(
+                f"{self.node.op_type}: axis {self.axis} is out of range or empty for shape {shape}",
+                self.node.inputs[0],
+            )
+        axis = self.axis % rank
+        if self.keepdims:
+            reduced = (*shape[:axis], 1, *shape[axis + 1 :])
+        else:
+            reduced = (*shape[:axis], *shape[axis + 1 :])
+        return [ctx.output(DType.INT64, reduced)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        xp = ctx.xp
+        axis = self.axis % x.ndim
+        if x.dtype in NARROW_FLOATS:
+            x = x.astype(xp.float32)  # exact, so positions do not change
+        if self.last:
+            flipped = xp.flip(x, axis=axis)
+            found = x.shape[axis] - 1 - self._find(xp, flipped, axis)
+        else:
+            found = self._find(xp, x, axis)
+        out[...] = found.reshape(out.shape)
+
+    def _find(self, xp: Any, values: Array, axis: int) -> Array:
+        raise NotImplementedError
+
+
+class ArgMaxOp(ArgExtremum):
+    def _find(self, xp: Any, values: Array, axis: int) -> Array:
+        return xp.argmax(values, axis=axis)
+
+
+class ArgMinOp(ArgExtremum):
+    def _find(self, xp: Any, values: Array, axis: int) -> Array:
+        return xp.argmin(values, axis=axis)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("ReduceSum", 1, ReduceSumOp),
+    OpDef("ReduceMean", 1, ReduceMeanOp),
+    OpDef("ReduceMax", 1, ReduceMaxOp),
+    OpDef("ReduceMin", 1, ReduceMinOp),
+    OpDef("ReduceProd", 1, ReduceProdOp),
+    OpDef("ReduceL1", 1, ReduceL1Op),
+    OpDef("ReduceL2", 1, ReduceL2Op),
+    OpDef("ReduceLogSum", 1, ReduceLogSumOp),
+    OpDef("ReduceLogSumExp", 1, ReduceLogSumExpOp),
+    OpDef("ReduceSumSquare", 1, ReduceSumSquareOp),
+    OpDef("ArgMax", 1, ArgMaxOp),
+    OpDef("ArgMin", 1, ArgMinOp),
+)

@@ -1,0 +1,102 @@
+"""Softmax, LogSoftmax and Hardmax along an axis.
+
+Before opset 13 the input is seen as a 2-D matrix: the axes before `axis` (default 1) are the
+rows and all the axes from `axis` on form one row that is normalized as a whole. From opset 13
+only the single axis `axis` (default −1) is. float16 and bfloat16 are computed in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType
+
+_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+
+
+class AxisNormalization(Operator):
+    """The axis handling the three share; subclasses say what happens along the axis."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.coerce_2d = node.opset < 13
+        self.axis = int(node.attr("axis", 1 if self.coerce_2d else -1))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        allowed = _FLOATS if self.node.opset < 13 else _FLOATS | {DType.BFLOAT16}
+        self.check_types(ctx, allowed, 0)
+        shape = ctx.shape(0)
+        rank = max(len(shape), 1)
+        if not -rank <= self.axis < rank + (1 if self.coerce_2d else 0):
+            raise self.node.bad_input(
+                f"{self.node.op_type}: axis {self.axis} is out of range for shape {shape}",
+                self.node.inputs[0],
+            )
+        return [ctx.output(ctx.dtype(0), shape)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x = inputs[0]
+        (out,) = outputs
+        if x.size == 0:
+            return
+        if x.ndim == 0:
+            x, out = x.reshape(1), out.reshape(1)
+        axis = self.axis % x.ndim if self.axis < x.ndim else x.ndim
+        if self.coerce_2d:
+            rows = int(np.prod(x.shape[:axis]))
+            x, out, axis = x.reshape(rows, -1), out.reshape(rows, -1), 1
+        xp = ctx.xp
+        values = x.astype(xp.float64 if x.dtype == np.float64 else xp.float32)
+        with np.errstate(all="ignore"):
+            out[...] = self._along(xp, values, axis)
+
+    def _along(self, xp: Any, values: Array, axis: int) -> Array:
+        """The result along `axis` of a float32 or float64 array (which may be reused)."""
+        raise NotImplementedError
+
+
+class SoftmaxOp(AxisNormalization):
+    """exp(x − max) / Σ exp(x − max): subtracting the max keeps exp from overflowing."""
+
+    def _along(self, xp: Any, values: Array, axis: int) -> Array:
+        values -= xp.max(values, axis=axis, keepdims=True)
+        xp.exp(values, out=values)
+        values /= xp.sum(values, axis=axis, keepdims=True)
+        return values
+
+
+class LogSoftmaxOp(AxisNormalization):
+    """(x − max) − log Σ exp(x − max)."""
+
+    def _along(self, xp: Any, values: Array, axis: int) -> Array:
+        values -= xp.max(values, axis=axis, keepdims=True)
+        values -= xp.log(xp.sum(xp.exp(values), axis=axis, keepdims=True))
+        return values
+
+
+class HardmaxOp(AxisNormalization):
+    """1 at the first maximum along the axis, 0 elsewhere."""
+
+    def _along(self, xp: Any, values: Array, axis: int) -> Array:
+        first = xp.expand_dims(xp.argmax(values, axis=axis), axis)
+        positions = xp.arange(values.shape[axis]).reshape((-1,) + (1,) * (values.ndim - 1 - axis))
+        return positions == first
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("Softmax", 1, SoftmaxOp),
+    OpDef("LogSoftmax", 1, LogSoftmaxOp),
+    OpDef("Hardmax", 1, HardmaxOp),
+)

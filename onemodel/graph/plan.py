@@ -1,0 +1,288 @@
+"""ExecutionPlan: one schedule per list of input types and shapes (seed 000 §3 and §5).
+
+Making a plan visits the nodes in graph order with concrete shapes: each operator states its
+outputs; nodes whose inputs are all constants run now and become constants (unless the result
+is larger than both 64 KiB and each of its inputs); what depends on values only known while
+running is scheduled as dynamic and shaped again in every run. Static intermediates get offsets
+in one slab from the memory planner. A plan is immutable and shared by concurrent runs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph.compiled import ABSENT, CompiledGraph, CompiledNode
+from onemodel.graph.memory_plan import MemoryPlan, PlannedStep, PlannedValue, plan_memory
+from onemodel.graph.operators.base import (
+    Constant,
+    InferContext,
+    NeedsRunTimeValues,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import onnx_code_for_numpy
+
+FOLD_LIMIT_BYTES = 64 * 1024
+
+
+class StepKind(enum.IntEnum):
+    STATIC = 0  # shapes known: outputs preallocated (slab, or fresh for graph outputs)
+    VIEW = 1  # output 0 is input `view_of_input` reshaped; nothing runs
+    DYNAMIC = 2  # shaped again in every run from the actual arrays
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    kind: StepKind
+    node: CompiledNode
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]  # absent optional outputs get plan-private ids
+    specs: tuple[TensorSpec, ...] | None  # static and view steps
+
+
+def spec_of(array: Any) -> TensorSpec:
+    return TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape))
+
+
+class HostValues(Sequence):
+    """Input values as `infer` reads them: host NumPy, converted only when asked for."""
+
+    __slots__ = ("_cache", "_to_host", "_values")
+
+    def __init__(self, values: Sequence[Any], to_host: Any) -> None:
+        self._values = values
+        self._to_host = to_host
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        value = self._values[index]
+        if value is None:
+            return None
+        host = self._cache.get(index)
+        if host is None:
+            host = self._cache[index] = np.asarray(self._to_host(value))
+        return host
+
+
+class ExecutionPlan:
+    """The schedule, constants and memory layout for one input signature."""
+
+    def __init__(self, graph: CompiledGraph, signature: Sequence[TensorSpec | None]) -> None:
+        self.graph = graph
+        self.signature = tuple(signature)
+        self.ctx = RunContext(graph.kernels, graph.exact)
+        self.value_count = len(graph.names)
+        self.specs: list[TensorSpec | None] = [None] * self.value_count
+        self.constants: list[Any] = [None] * self.value_count
+        self._seed(signature)
+        self.steps: list[Step] = []
+        for node in graph.nodes:
+            self._plan(node)
+        self.names = [*graph.names, *(f"#unused{i}" for i in range(self._extra_ids()))]
+        self.output_ids = graph.output_ids
+        self.fresh_outputs = {
+            value_id
+            for step in self.steps
+            if step.kind is StepKind.STATIC
+            for value_id in step.outputs
+            if value_id in set(self.output_ids)
+        }
+        self.memory = self._plan_memory()
+
+    # -- seeding -------------------------------------------------------------------------------
+
+    def _seed(self, signature: Sequence[TensorSpec | None]) -> None:
+        graph = self.graph
+        for value_id, array in graph.weights.items():
+            self.constants[value_id] = array
+            self.specs[value_id] = spec_of(array)
+        for value_id, spec in zip(graph.input_ids, signature, strict=True):
+            if spec is None:
+                array = graph.defaults[value_id]
+                self.constants[value_id] = array
+                self.specs[value_id] = spec_of(array)
+            else:
+                self.specs[value_id] = spec
+
+    def _extra_ids(self) -> int:
+        return len(self.specs) - self.value_count
+
+    def _private_id(self, spec: TensorSpec | None) -> int:
+        self.specs.append(spec)
+        self.constants.append(None)
+        return len(self.specs) - 1
+
+    # -- planning one node ---------------------------------------------------------------------
+
+    def _plan(self, node: CompiledNode) -> None:
+        operator, ins = node.operator, node.inputs
+        if any(i != ABSENT and self.specs[i] is None for i in ins):
+            self._schedule(StepKind.DYNAMIC, node, None)
+            return
+        all_constant = all(i == ABSENT or self.constants[i] is not None for i in ins)
+        if operator.outputs_data_dependent:
+            if all_constant:
+                self._fold(node, self._run_data_dependent(node))
+            else:
+                self._schedule(StepKind.DYNAMIC, node, None)
+            return
+        try:
+            stated = operator.infer(self._infer_context(node))
+        except NeedsRunTimeValues:
+            self._schedule(StepKind.DYNAMIC, node, None)
+            return
+        except SessionError:
+            raise
+        except Exception as error:  # an operator bug must still name the node
+            raise _failure(node, "shape inference", error) from error
+        stated = stated[: len(node.outputs)]
+        if all(isinstance(s, Constant) for s in stated):
+            xp = self.graph.kernels.xp
+            self._set_constants(node, [xp.asarray(s.value) for s in stated])
+            return
+        specs = tuple(stated)
+        if all_constant:
+            results = self._evaluate(node, specs)
+            if self._foldable(node, results):
+                self._set_constants(node, results)
+                return
+        kind = StepKind.VIEW if operator.view_of_input is not None else StepKind.STATIC
+        self._schedule(kind, node, specs)
+
+    def _infer_context(self, node: CompiledNode) -> InferContext:
+        specs = [None if i == ABSENT else self.specs[i] for i in node.inputs]
+        values = [None if i == ABSENT else self.constants[i] for i in node.inputs]
+        return InferContext(node.info, specs, HostValues(values, self.graph.kernels.memory.to_host))
+
+    def _evaluate(self, node: CompiledNode, specs: Sequence[TensorSpec]) -> list[Any]:
+        """Run a node whose inputs are all constants, now, with the session's kernels."""
+        ins = [None if i == ABSENT else self.constants[i] for i in node.inputs]
+        operator = node.operator
+        if operator.view_of_input is not None:
+            return [ins[operator.view_of_input].reshape(specs[0].shape)]
+        xp = self.graph.kernels.xp
+        outs = [xp.empty(s.shape, dtype=s.numpy_dtype) for s in specs]
+        _run_checked(node, operator.run, self.ctx, ins, outs)
+        return outs
+
+    def _run_data_dependent(self, node: CompiledNode) -> list[Any]:
+        ins = [None if i == ABSENT else self.constants[i] for i in node.inputs]
+        return _run_checked(node, node.operator.run, self.ctx, ins, None)
+
+    def _foldable(self, node: CompiledNode, results: Sequence[Any]) -> bool:
+        """Seed 000 §3.2: fold unless larger than both its inputs and 64 KiB."""
+        largest_input = max(
+            (self.constants[i].nbytes for i in node.inputs if i != ABSENT), default=0
+        )
+        size = sum(r.nbytes for r in results)
+        return size <= FOLD_LIMIT_BYTES or size <= largest_input
+
+    def _fold(self, node: CompiledNode, results: Sequence[Any]) -> None:
+        if self._foldable(node, results):
+            self._set_constants(node, results)
+        else:
+            self._schedule(StepKind.DYNAMIC, node, None)
+
+    def _set_constants(self, node: CompiledNode, values: Sequence[Any]) -> None:
+        for value_id, value in zip(node.outputs, values, strict=False):
+            if value_id != ABSENT:
+                self.constants[value_id] = value
+                self.specs[value_id] = spec_of(value)
+
+    def _schedule(
+        self, kind: StepKind, node: CompiledNode, specs: tuple[TensorSpec, ...] | None
+    ) -> None:
+        outputs = []
+        for position, value_id in enumerate(node.outputs):
+            spec = None if specs is None else specs[position]
+            if value_id == ABSENT:
+                value_id = self._private_id(spec)
+            else:
+                self.specs[value_id] = spec
+            outputs.append(value_id)
+        self.steps.append(Step(kind, node, node.inputs, tuple(outputs), specs))
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def _plan_memory(self) -> MemoryPlan:
+        """Slab offsets for static intermediates; graph outputs get fresh arrays each run."""
+        graph_outputs = set(self.output_ids)
+        readers: dict[int, list[int]] = {}
+        for index, step in enumerate(self.steps):
+            for value_id in step.inputs:
+                if value_id != ABSENT:
+                    readers.setdefault(value_id, []).append(index)
+        self.in_slab: set[int] = set()
+        values, steps = [], []
+        for index, step in enumerate(self.steps):
+            in_place = None
+            operator = step.node.operator
+            if step.kind is StepKind.STATIC:
+                if operator.in_place_input is not None and step.outputs[0] not in graph_outputs:
+                    source = step.inputs[operator.in_place_input]
+                    in_place = self.names[source] if source in self.in_slab else None
+                for value_id, spec in zip(step.outputs, step.specs, strict=True):
+                    if value_id in graph_outputs:
+                        continue
+                    self.in_slab.add(value_id)
+                    values.append(self._planned(value_id, spec, index, readers))
+            elif step.kind is StepKind.VIEW:
+                source = step.inputs[operator.view_of_input]
+                target = step.outputs[0]
+                if source in self.in_slab:
+                    self.in_slab.add(target)
+                    values.append(
+                        self._planned(
+                            target,
+                            step.specs[0],
+                            index,
+                            readers,
+                            view_of=self.names[source],
+                            is_output=target in graph_outputs,
+                        )
+                    )
+            first_output = self.names[step.outputs[0]] if step.outputs else None
+            steps.append(PlannedStep(in_place, first_output if in_place else None))
+        return plan_memory(values, steps)
+
+    def _planned(
+        self,
+        value_id: int,
+        spec: TensorSpec,
+        producer: int,
+        readers: dict[int, list[int]],
+        *,
+        view_of: str | None = None,
+        is_output: bool = False,
+    ) -> PlannedValue:
+        return PlannedValue(
+            self.names[value_id], spec.nbytes, spec.dtype, producer,
+            tuple(readers.get(value_id, ())), is_output, view_of,
+        )  # fmt: skip
+
+
+def _failure(node: CompiledNode, stage: str, error: Exception) -> SessionError:
+    return SessionError(
+        ErrorKind.INVALID_INPUT,
+        f"{node.info.op_type} failed during {stage}: {type(error).__name__}: {error}",
+        node=node.info.name,
+    )
+
+
+def _run_checked(node: CompiledNode, run: Any, ctx: RunContext, ins: list, outs: Any) -> Any:
+    """Call an operator's run; anything but a SessionError becomes one naming the node."""
+    try:
+        return run(ctx, ins, outs)
+    except SessionError:
+        raise
+    except Exception as error:
+        raise _failure(node, "run", error) from error

@@ -1,0 +1,174 @@
+"""RunState: the mutable half of a run (seed 000 §1 and §5): a slab and the arrays over it.
+
+A plan's run states are pooled (at most 8 idle), so concurrent runs of one plan share weights
+and schedule but nothing mutable, and a warm run allocates no new array data besides its
+outputs and the values of dynamic steps.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph.compiled import ABSENT
+from onemodel.graph.operators.base import Constant, InferContext, TensorSpec
+from onemodel.graph.plan import (
+    ExecutionPlan,
+    HostValues,
+    StepKind,
+    _failure,
+    _run_checked,
+    spec_of,
+)
+from onemodel.tensors.buffers import POISON
+
+
+class RunState:
+    """The slab of one plan and the value table that starts every run."""
+
+    def __init__(self, plan: ExecutionPlan, *, checked: bool = False) -> None:
+        self.plan = plan
+        self.checked = checked
+        memory = plan.graph.kernels.memory
+        self.slab = memory.allocate(plan.memory.slab_bytes)
+        if checked:
+            self.slab[...] = POISON
+        table: list[Any] = list(plan.constants)
+        offsets = plan.memory.offsets
+        for value_id in plan.in_slab:
+            spec = plan.specs[value_id]
+            offset = offsets[plan.names[value_id]]
+            table[value_id] = self._view(offset, spec)
+        self.base_table = table
+        # Views whose source is in the slab are fixed arrays: no work for them in a run.
+        self.skip = [
+            step.kind is StepKind.VIEW and step.outputs[0] in plan.in_slab for step in plan.steps
+        ]
+        for step, skipped in zip(plan.steps, self.skip, strict=True):
+            if skipped:
+                source = table[step.inputs[step.node.operator.view_of_input]]
+                table[step.outputs[0]] = source.reshape(step.specs[0].shape)
+
+    def _view(self, offset: int, spec: TensorSpec) -> Any:
+        nbytes = spec.nbytes
+        return self.slab[offset : offset + nbytes].view(spec.numpy_dtype).reshape(spec.shape)
+
+    def run(
+        self,
+        inputs: Mapping[int, Any],
+        outputs: Mapping[int, Any] | None = None,
+        profile: dict[str, list[float]] | None = None,
+    ) -> list[Any]:
+        """Run the plan; `outputs` may give arrays to write graph outputs into (by value id)."""
+        plan = self.plan
+        xp = plan.graph.kernels.xp
+        ctx = plan.ctx
+        table = self.base_table.copy()
+        for value_id, array in inputs.items():
+            table[value_id] = array
+        graph_outputs = set(plan.output_ids)
+        given = outputs or {}
+        for index, step in enumerate(plan.steps):
+            if self.skip[index]:
+                continue
+            started = time.perf_counter() if profile is not None else 0.0
+            ins = [None if i == ABSENT else table[i] for i in step.inputs]
+            if step.kind is StepKind.STATIC:
+                outs = []
+                for value_id, spec in zip(step.outputs, step.specs, strict=True):
+                    if value_id in graph_outputs:
+                        out = given.get(value_id)
+                        table[value_id] = out = (
+                            xp.empty(spec.shape, spec.numpy_dtype) if out is None else out
+                        )
+                    else:
+                        out = table[value_id]
+                    outs.append(out)
+                _run_checked(step.node, step.node.operator.run, ctx, ins, outs)
+            elif step.kind is StepKind.VIEW:
+                source = ins[step.node.operator.view_of_input]
+                table[step.outputs[0]] = source.reshape(step.specs[0].shape)
+            else:
+                self._run_dynamic(step, ins, table)
+            if profile is not None:
+                profile.setdefault(step.node.info.op_type, []).append(time.perf_counter() - started)
+            if self.checked:
+                for offset, size in plan.memory.releases[index]:
+                    self.slab[offset : offset + size] = POISON
+        return [self._result(table[value_id], value_id, given) for value_id in plan.output_ids]
+
+    def _run_dynamic(self, step: Any, ins: Sequence[Any], table: list[Any]) -> None:
+        """Shape a step again from the actual arrays, then run it on fresh arrays."""
+        plan = self.plan
+        node = step.node
+        operator = node.operator
+        xp = plan.graph.kernels.xp
+        if operator.outputs_data_dependent:
+            results = _run_checked(node, operator.run, plan.ctx, list(ins), None)
+        else:
+            specs = [None if x is None else spec_of(x) for x in ins]
+            context = InferContext(
+                node.info, specs, HostValues(ins, plan.graph.kernels.memory.to_host)
+            )
+            try:
+                stated = operator.infer(context)[: len(step.outputs)]
+            except SessionError:
+                raise
+            except Exception as error:
+                raise _failure(node, "shape inference", error) from error
+            if all(isinstance(s, Constant) for s in stated):
+                results = [xp.asarray(s.value) for s in stated]
+            elif operator.view_of_input is not None:
+                results = [ins[operator.view_of_input].reshape(stated[0].shape)]
+            else:
+                results = [xp.empty(s.shape, dtype=s.numpy_dtype) for s in stated]
+                _run_checked(node, operator.run, plan.ctx, list(ins), results)
+        for value_id, result in zip(step.outputs, results, strict=False):
+            table[value_id] = xp.ascontiguousarray(result)
+
+    def _result(self, array: Any, value_id: int, given: Mapping[int, Any]) -> Any:
+        """A graph output the caller may keep: never a view of the slab, a weight or an input."""
+        target = given.get(value_id)
+        if target is not None:
+            if target is not array:
+                if target.shape != array.shape or target.dtype != array.dtype:
+                    raise SessionError(
+                        ErrorKind.INVALID_INPUT,
+                        f"the output buffer is {target.dtype}{list(target.shape)}, the output "
+                        f"is {array.dtype}{list(array.shape)}",
+                        value=self.plan.names[value_id],
+                    )
+                target[...] = array
+            return target
+        if self._owned(value_id):
+            return array
+        return array.copy()
+
+    def _owned(self, value_id: int) -> bool:
+        """Whether the output's array was made fresh for this run by the step producing it."""
+        return value_id in self.plan.fresh_outputs
+
+
+class StatePool:
+    """Idle run states of one plan, at most `max_idle` kept (seed 000 §4)."""
+
+    def __init__(self, plan: ExecutionPlan, *, checked: bool, max_idle: int = 8) -> None:
+        self.plan = plan
+        self.checked = checked
+        self.max_idle = max_idle
+        self._idle: list[RunState] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> RunState:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return RunState(self.plan, checked=self.checked)
+
+    def give(self, state: RunState) -> None:
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(state)

@@ -1,0 +1,311 @@
+"""Sessions (seed 000 §4): options, metadata, input validation, the plan cache and runs.
+
+A session compiles its model once, picks its backend once, and makes an ExecutionPlan the
+first time it sees a list of input types and shapes. `run` may be called from many threads:
+plans are shared, each run takes a RunState from its plan's pool.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onemodel.backends import BackendUnavailableError, KernelPaths
+from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph import ir
+from onemodel.graph.compiled import CompiledGraph, ValueMeta
+from onemodel.graph.importer import ModelSource, load_model
+from onemodel.graph.operators.base import TensorSpec
+from onemodel.graph.plan import ExecutionPlan
+from onemodel.graph.run_state import StatePool
+from onemodel.tensors import numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
+from onemodel.tensors.buffers import checked_by_default
+
+
+class ExecutionMode(enum.Enum):
+    FAST = "fast"
+    EXACT = "exact"
+
+
+class OptimizationLevel(enum.IntEnum):
+    NONE = 0
+    BASIC = 1
+    ALL = 2
+
+
+@dataclass
+class SessionOptions:
+    """How a session runs. `intra_op_threads` is accepted for compatibility and changes speed
+    only (NumPy's BLAS decides its own threads for now); `backend` names a kernel path
+    (`KernelPaths.names()`), None picking the best available; `checked` poisons dead slab
+    blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable)."""
+
+    mode: ExecutionMode = ExecutionMode.FAST
+    intra_op_threads: int = 0
+    optimization_level: OptimizationLevel = OptimizationLevel.ALL
+    max_cached_plans: int = 16
+    backend: str | None = None
+    checked: bool | None = None
+
+
+class Session:
+    """A compiled model that runs on one backend; thread-safe."""
+
+    def __init__(self, model: ir.Model, options: SessionOptions | None = None) -> None:
+        self.options = options = options or SessionOptions()
+        if options.max_cached_plans < 1:
+            raise ValueError("max_cached_plans must be at least 1")
+        self.kernels = _kernels(options.backend)
+        self.model_info = model
+        self._graph = CompiledGraph(model, self.kernels, exact=options.mode is ExecutionMode.EXACT)
+        self._checked = checked_by_default() if options.checked is None else options.checked
+        self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
+        self._plan_lock = threading.Lock()
+        self._closed = False
+        self._required = {
+            meta.name for meta, value_id in zip(self.inputs, self._graph.input_ids, strict=True)
+            if value_id not in self._graph.defaults
+        }  # fmt: skip
+
+    @classmethod
+    def load(cls, source: ModelSource, options: SessionOptions | None = None) -> Session:
+        """A session for a model at a path, in bytes, or in a binary stream."""
+        return cls(load_model(source), options)
+
+    @classmethod
+    def create(cls, model: ir.Model, options: SessionOptions | None = None) -> Session:
+        """A session for an already imported model (the model may be dropped afterwards)."""
+        return cls(model, options)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> list[ValueMeta]:
+        return self._graph.inputs
+
+    @property
+    def outputs(self) -> list[ValueMeta]:
+        return self._graph.outputs
+
+    @property
+    def backend(self) -> str:
+        return self.kernels.name
+
+    def plan_count(self) -> int:
+        return len(self._plans)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        feeds: Mapping[str, Any],
+        *,
+        profile: dict[str, list[float]] | None = None,
+    ) -> list[Any]:
+        """The outputs named (all when None), in that order, for the given inputs."""
+        wanted = self._wanted(output_names)
+        results = self._run(feeds, None, profile)
+        return [results[position] for position in wanted]
+
+    def run_into(self, feeds: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Any]:
+        """Like `run`, writing the named outputs into the caller's arrays (checked first)."""
+        return self._run(feeds, outputs, None)
+
+    def run_single(self, array: Any) -> Any:
+        """A single-input model's first output for one array."""
+        if len(self.inputs) != 1:
+            raise SessionError(
+                ErrorKind.INVALID_INPUT,
+                f"run_single needs a model with one input; this one has {len(self.inputs)}",
+            )
+        return self._run({self.inputs[0].name: array}, None, None)[0]
+
+    def close(self) -> None:
+        """Refuse new runs; runs in progress finish with the memory they hold."""
+        self._closed = True
+        with self._plan_lock:
+            self._plans.clear()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(
+        self,
+        feeds: Mapping[str, Any],
+        outputs: Mapping[str, Any] | None,
+        profile: dict[str, list[float]] | None,
+    ) -> list[Any]:
+        if self._closed:
+            raise SessionError(ErrorKind.DISPOSED, "the session is closed")
+        signature, arrays = self._inputs(feeds)
+        plan, pool = self._plan(signature)
+        targets = self._targets(plan, outputs) if outputs else None
+        state = pool.take()
+        try:
+            results = state.run(arrays, targets, profile)
+        finally:
+            pool.give(state)
+        return results
+
+    def _wanted(self, output_names: Sequence[str] | None) -> list[int]:
+        names = [meta.name for meta in self.outputs]
+        if output_names is None:
+            return list(range(len(names)))
+        positions = []
+        for name in output_names:
+            if name not in names:
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT,
+                    f"the model has no output '{name}'; its outputs are {', '.join(names)}",
+                    value=name,
+                )
+            positions.append(names.index(name))
+        return positions
+
+    def _inputs(self, feeds: Mapping[str, Any]) -> tuple[tuple, dict[int, Any]]:
+        """Validate and convert the caller's inputs before anything runs."""
+        known = {meta.name: meta for meta in self.inputs}
+        for name in feeds:
+            if name not in known:
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT,
+                    f"the model has no input '{name}'; its inputs are {', '.join(known)}",
+                    value=name,
+                )
+        missing = sorted(self._required - set(feeds))
+        if missing:
+            raise SessionError(
+                ErrorKind.INVALID_INPUT,
+                "missing required input(s): " + ", ".join(missing),
+                value=missing[0],
+            )
+        signature, arrays = [], {}
+        for meta, value_id in zip(self.inputs, self._graph.input_ids, strict=True):
+            if meta.name not in feeds:
+                signature.append(None)
+                continue
+            array = self._converted(meta, feeds[meta.name])
+            signature.append(TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape)))
+            arrays[value_id] = array
+        return tuple(signature), arrays
+
+    def _converted(self, meta: ValueMeta, value: Any) -> Any:
+        xp = self.kernels.xp
+        declared = meta.elem_type
+        if isinstance(value, (xp.ndarray, np.ndarray)):
+            array = value
+        elif declared is not None:
+            try:
+                array = np.asarray(value, dtype=numpy_dtype_for_onnx(declared))
+            except (TypeError, ValueError, OverflowError) as error:
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT,
+                    f"cannot convert the given {type(value).__name__} to "
+                    f"tensor({onnx_name(declared).lower()}): {error}",
+                    value=meta.name,
+                ) from None
+        else:
+            array = np.asarray(value)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        try:
+            code = onnx_code_for_numpy(array.dtype)
+        except Exception:
+            raise SessionError(
+                ErrorKind.INVALID_INPUT,
+                f"arrays of dtype {array.dtype} are not ONNX tensors",
+                value=meta.name,
+            ) from None
+        if declared is not None and code != declared:
+            raise SessionError(
+                ErrorKind.INVALID_INPUT,
+                f"expects element type {onnx_name(declared)}, got {onnx_name(code)} "
+                f"({array.dtype})",
+                value=meta.name,
+            )
+        _check_dims(meta, array.shape)
+        return xp.ascontiguousarray(xp.asarray(array))
+
+    def _plan(self, signature: tuple) -> tuple[ExecutionPlan, StatePool]:
+        entry = self._plans.get(signature)
+        if entry is not None:
+            return entry
+        with self._plan_lock:
+            entry = self._plans.get(signature)
+            if entry is None:
+                plan = ExecutionPlan(self._graph, signature)
+                entry = (plan, StatePool(plan, checked=self._checked))
+                self._plans[signature] = entry
+                while len(self._plans) > self.options.max_cached_plans:
+                    self._plans.popitem(last=False)  # runs holding it keep it alive
+        return entry
+
+    def _targets(self, plan: ExecutionPlan, outputs: Mapping[str, Any]) -> dict[int, Any]:
+        """Caller output arrays by value id, checked against static output specs."""
+        by_name = {meta.name: vid for meta, vid in zip(self.outputs, plan.output_ids, strict=True)}
+        targets = {}
+        for name, array in outputs.items():
+            value_id = by_name.get(name)
+            if value_id is None:
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT, f"the model has no output '{name}'", value=name
+                )
+            if not array.flags.c_contiguous:
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT, "output buffers must be C-contiguous", value=name
+                )
+            spec = plan.specs[value_id]
+            if spec is not None and (
+                tuple(array.shape) != spec.shape or array.dtype != spec.numpy_dtype
+            ):
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT,
+                    f"the output buffer is {array.dtype}{list(array.shape)}; the output is "
+                    f"{spec.numpy_dtype}{list(spec.shape)}",
+                    value=name,
+                )
+            targets[value_id] = array
+        return targets
+
+
+def _check_dims(meta: ValueMeta, shape: tuple[int, ...]) -> None:
+    """Rank and fixed extents must match the declaration; symbolic dims take any extent."""
+    if meta.dims is None:
+        return
+    if len(shape) != len(meta.dims):
+        raise SessionError(
+            ErrorKind.INVALID_INPUT,
+            f"expects rank {len(meta.dims)} {_dims_text(meta.dims)}, got shape {list(shape)}",
+            value=meta.name,
+        )
+    for axis, (declared, actual) in enumerate(zip(meta.dims, shape, strict=True)):
+        if isinstance(declared, int) and declared != actual:
+            raise SessionError(
+                ErrorKind.INVALID_INPUT,
+                f"expects extent {declared} on axis {axis} {_dims_text(meta.dims)}, got shape "
+                f"{list(shape)}",
+                value=meta.name,
+            )
+
+
+def _dims_text(dims: Sequence[ir.Dim]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _kernels(name: str | None) -> Any:
+    if name is None:
+        return KernelPaths.best()
+    try:
+        return KernelPaths.get(name)
+    except (BackendUnavailableError, ValueError) as error:
+        raise SessionError(ErrorKind.UNSUPPORTED, str(error)) from None

@@ -1,0 +1,20 @@
+"""ONNX's own backend conformance suite (node, simple, pytorch-converted, pytorch-operator and
+light models: 2,033 cases with onnx 1.23), run through `onemodel.onnx_backend`.
+
+Every case is expected to pass except those in EXPECTED_FAILURES, each with its reason. They are
+marked xfail through the suite's own mechanism (unittest's expectedFailure), so a case that
+starts passing fails the run until it is taken off the list: the list can only shrink.
+"""
+
+from __future__ import annotations
+
+import onnx.backend.test
+from conformance_expected import EXPECTED_FAILURES
+
+from onemodel.onnx_backend import OnemodelBackend
+
+backend_test = onnx.backend.test.BackendTest(OnemodelBackend, __name__)
+for name in EXPECTED_FAILURES:
+    backend_test.xfail(f"^{name}_(cpu|cuda)$")
+
+globals().update(backend_test.test_cases)

@@ -1,0 +1,307 @@
+"""Export the small PyTorch models that tests/test_exported_models.py runs.
+
+Run it by hand, never in CI: it needs torch, which is not a dependency of onemodel.
+
+    pip install torch onnxscript   # locally only
+    python tools/export_models.py [--out tests/models]
+
+Each model is exported with the TorchScript exporter (``dynamo=False``) at opset 17 with a
+dynamic ``batch`` axis, so the graphs carry the op patterns that real exported models have:
+Shape→Gather→Unsqueeze→Concat→Reshape chains, Gemm, the Erf form of GELU, unfused attention.
+Beside each ``<name>.onnx`` goes ``<name>.inputs.npz``: one input set keyed by input name, and
+the outputs that onnxruntime (CPU provider) computes for it under ``output:<output name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+OPSET = 17
+TOLERANCE = 1e-4
+MAX_BYTES = 1 << 20
+VOCAB = 100
+
+
+class MLP(nn.Module):
+    """Linear-ReLU-Linear-GELU-Linear on (batch, 32)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(32, 64),
+            nn.ReLU(),
+            nn.Linear(64, 64),
+            nn.GELU(),
+            nn.Linear(64, 10),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+    )
+
+
+class ResidualBlock(nn.Module):
+    """relu(x + bn(conv(relu(bn(conv(x))))))."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.first = conv_bn(channels, channels)
+        self.second = conv_bn(channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.second(torch.relu(self.first(x))))
+
+
+class CNN(nn.Module):
+    """A small image classifier on (batch, 3, 32, 32) → (batch, 10)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            conv_bn(3, 16),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            conv_bn(16, 32, stride=2),
+            nn.ReLU(),
+            ResidualBlock(32),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class EncoderLayer(nn.Module):
+    """A post-norm transformer encoder layer written out by hand.
+
+    It computes what ``nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0,
+    activation="gelu", batch_first=True)`` does in eval mode. That module is not exported
+    directly: under the TorchScript tracer ``nn.MultiheadAttention`` folds the traced batch and
+    sequence lengths into its Reshape targets (the export then fails on any other shape), so the
+    heads are split here with sizes read from ``x.shape``, which the tracer keeps dynamic.
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int) -> None:
+        super().__init__()
+        self.nhead = nhead
+        self.head_dim = d_model // nhead
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.ff1 = nn.Linear(d_model, dim_feedforward)
+        self.ff2 = nn.Linear(dim_feedforward, d_model)
+        self.act = nn.GELU()
+        self.norm2 = nn.LayerNorm(d_model)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, d_model) → (batch, nhead, seq, head_dim)."""
+        return x.reshape(x.shape[0], x.shape[1], self.nhead, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(self.q(x)), self.heads(self.k(x)), self.heads(self.v(x))
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        attended = torch.matmul(torch.softmax(scores, dim=-1), v)
+        attended = attended.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        x = self.norm1(x + self.out(attended))
+        return self.norm2(x + self.ff2(self.act(self.ff1(x))))
+
+
+class Transformer(nn.Module):
+    """Embedding, two encoder layers, a final LayerNorm: (batch, seq) → (batch, seq, 64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 64)
+        self.layers = nn.ModuleList(EncoderLayer(64, 4, 128) for _ in range(2))
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids) * math.sqrt(64)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+def randomise_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
+    """Give every BatchNorm non-trivial statistics and affine parameters, so it is tested."""
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            n = module.num_features
+            with torch.no_grad():
+                module.running_mean.copy_(torch.randn(n, generator=generator) * 0.1)
+                module.running_var.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)
+                module.weight.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)
+                module.bias.copy_(torch.randn(n, generator=generator) * 0.1)
+
+
+def randomise_layernorm(model: nn.Module, generator: torch.Generator) -> None:
+    """Give every LayerNorm a non-trivial scale and shift, so the affine part is tested.
+
+    This also keeps the exporter from sharing the identical default ones and zeros between
+    the norms through Identity nodes.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            n = module.normalized_shape[0]
+            with torch.no_grad():
+                module.weight.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)
+                module.bias.copy_(torch.randn(n, generator=generator) * 0.1)
+
+
+def build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str], dict]:
+    """The model in eval mode, its inputs, its output names and its export options."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    if name == "mlp":
+        model = MLP()
+        inputs = {"input": rng.standard_normal((2, 32)).astype(np.float32)}
+        outputs = ["logits"]
+        axes = {"input": {0: "batch"}, "logits": {0: "batch"}}
+        options: dict = {}
+    elif name == "cnn":
+        model = CNN()
+        randomise_batchnorm(model, torch.Generator().manual_seed(1))
+        inputs = {"image": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
+        outputs = ["logits"]
+        axes = {"image": {0: "batch"}, "logits": {0: "batch"}}
+        # Constant folding in eval mode runs the eval peephole pass, which fuses each
+        # BatchNormalization into the Conv before it; without it the BatchNormalization
+        # nodes stay in the graph, in inference form (one output, running statistics).
+        options = {"do_constant_folding": False}
+    elif name == "transformer":
+        model = Transformer()
+        randomise_layernorm(model, torch.Generator().manual_seed(1))
+        inputs = {"input_ids": rng.integers(0, VOCAB, size=(2, 7), dtype=np.int64)}
+        outputs = ["hidden"]
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "hidden": {0: "batch", 1: "seq"}}
+        options = {}
+    else:
+        raise ValueError(name)
+    model.eval()
+    options["dynamic_axes"] = axes
+    return model, inputs, outputs, options
+
+
+def op_summary(model: onnx.ModelProto) -> str:
+    counts = collections.Counter(node.op_type for node in model.graph.node)
+    ops = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
+    lines = [f"  opset {opsets}, {len(model.graph.node)} nodes"]
+    lines += [f"    {op:<22} {count}" for op, count in ops]
+    return "\n".join(lines)
+
+
+def compare(
+    name: str, output_names: list[str], expected: list[torch.Tensor], got: list[np.ndarray]
+) -> float:
+    """The largest absolute difference; exits when any output is outside the tolerance."""
+    worst = 0.0
+    for out_name, want, have in zip(output_names, expected, got, strict=True):
+        want = want.numpy()
+        if want.shape != have.shape:
+            raise SystemExit(f"{name}: {out_name} has shape {have.shape}, torch {want.shape}")
+        diff = float(np.max(np.abs(want - have)))
+        worst = max(worst, diff)
+        if not np.allclose(have, want, rtol=TOLERANCE, atol=TOLERANCE):
+            raise SystemExit(f"{name}: onnxruntime differs from torch on {out_name} by {diff}")
+    return worst
+
+
+def resized(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inputs of batch 3 (and sequence length 5 for token ids), of the same kind."""
+    rng = np.random.default_rng(1)
+    others = {}
+    for key, array in inputs.items():
+        if np.issubdtype(array.dtype, np.integer):
+            others[key] = rng.integers(0, VOCAB, size=(3, 5), dtype=array.dtype)
+        else:
+            others[key] = rng.standard_normal((3, *array.shape[1:])).astype(array.dtype)
+    return others
+
+
+def export(name: str, out: Path) -> None:
+    model, inputs, output_names, options = build(name)
+    input_names = list(inputs)
+    path = out / f"{name}.onnx"
+    args = tuple(torch.from_numpy(array) for array in inputs.values())
+    torch.onnx.export(
+        model,
+        args,
+        str(path),
+        input_names=input_names,
+        output_names=output_names,
+        opset_version=OPSET,
+        dynamo=False,
+        **options,
+    )
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto, full_check=True)
+    size = path.stat().st_size
+    if size >= MAX_BYTES:
+        raise SystemExit(f"{path} is {size} bytes, over {MAX_BYTES}")
+
+    with torch.no_grad():
+        expected = model(*args)
+    expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, inputs)
+    names = [output.name for output in session.get_outputs()]
+    assert names == output_names, names
+
+    worst = compare(name, output_names, expected, got)
+
+    # The dynamic axes must really be dynamic: run another batch (and sequence) length.
+    others = resized(inputs)
+    with torch.no_grad():
+        expected = model(*(torch.from_numpy(array) for array in others.values()))
+    expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    resized_worst = compare(name, output_names, expected, session.run(None, others))
+
+    arrays = dict(inputs)
+    arrays.update({f"output:{n}": a for n, a in zip(output_names, got, strict=True)})
+    np.savez(out / f"{name}.inputs.npz", **arrays)
+
+    shapes = ", ".join(f"{key} {tuple(array.shape)}" for key, array in others.items())
+    print(f"{name}.onnx: {size} bytes, max |torch - onnxruntime| = {worst:.3g}")
+    print(f"  resized inputs ({shapes}): max |torch - onnxruntime| = {resized_worst:.3g}")
+    print(op_summary(proto))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("tests/models"))
+    parser.add_argument("models", nargs="*", default=["mlp", "cnn", "transformer"])
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # The TorchScript exporter is chosen on purpose (see above); torch warns that it is legacy.
+    warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based")
+    print(f"torch {torch.__version__}, onnx {onnx.__version__}, onnxruntime {ort.__version__}")
+    for name in args.models:
+        export(name, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
