@@ -19,6 +19,9 @@ from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
 
+# Where a kernel may take temporary arrays from: (shape, dtype) -> a C-contiguous array.
+Scratch = Callable[[Sequence[int], Any], Any]
+
 
 class ArrayKernels:
     """The `Kernels` of an array library: whole-array calls, no Python loop over elements.
@@ -231,15 +234,17 @@ class ArrayKernels:
         pads: Sequence[int],
         dilations: Sequence[int],
         group: int,
+        scratch: Scratch | None = None,
     ) -> None:
         """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), no bias.
 
         Output o reads x at o·stride − pad + k·dilation (`pads` are the leading pads; positions
-        outside the input read as zero). Lowered to im2col and one batched matmul per group.
+        outside the input read as zero). Lowered to im2col and one batched matmul per group;
+        the padded input and the columns live in `scratch` memory when given (a run's arena).
         """
         batch, groups = x.shape[0], group
         kernel, out_spatial = w.shape[2:], out.shape[2:]
-        columns = self._im2col(x, kernel, out_spatial, strides, pads, dilations)
+        columns = self._im2col(x, kernel, out_spatial, strides, pads, dilations, scratch)
         pixels = columns.shape[-1]
         columns = columns.reshape(batch, groups, -1, pixels)
         weights = w.reshape(groups, w.shape[0] // groups, -1)
@@ -253,19 +258,22 @@ class ArrayKernels:
         strides: Sequence[int],
         pads: Sequence[int],
         dilations: Sequence[int],
+        scratch: Scratch | None,
     ) -> Any:
         """(N, C·ΠK, ΠO) columns, rows ordered (c, k…): strided windows over a zero-padded copy.
 
         The padded copy is skipped when no window reaches past the input.
         """
         xp = self.xp
+        allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
         batch, channels, *spatial = x.shape
         reach = [
             (o - 1) * s + (k - 1) * d + 1
             for o, s, k, d in zip(out_spatial, strides, kernel, dilations, strict=True)
         ]
         if any(pads) or any(r > n for r, n in zip(reach, spatial, strict=True)):
-            padded = xp.zeros((batch, channels, *reach), dtype=x.dtype)
+            padded = allocate((batch, channels, *reach), x.dtype)
+            padded[...] = 0
             kept = [min(n, r - p) for n, r, p in zip(spatial, reach, pads, strict=True)]
             padded[(..., *(slice(p, p + k) for p, k in zip(pads, kept, strict=True)))] = x[
                 (..., *(slice(0, k) for k in kept))
@@ -284,7 +292,9 @@ class ArrayKernels:
                     *(a * s for a, s in zip(axis_strides, strides, strict=True)),
                 ),
             )
-        return window_view.reshape(batch, channels * _product(kernel), _product(out_spatial))
+        columns = allocate((batch, channels * _product(kernel), _product(out_spatial)), x.dtype)
+        columns.reshape(window_view.shape)[...] = window_view
+        return columns
 
     def conv_transpose_arrays(
         self,

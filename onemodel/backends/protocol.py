@@ -100,9 +100,18 @@ class Kernels(Protocol):
         """out = a @ b summed in float64 in the order k = 0..K−1, rounded once (exact mode)."""
 
     def conv_arrays(
-        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        group: int,
+        scratch: Any = None,
     ) -> None:
-        """N-D grouped cross-correlation of x (N, C, *S) with w (M, C/group, *K), no bias."""
+        """N-D grouped cross-correlation of x (N, C, *S) with w (M, C/group, *K), no bias;
+        temporaries from `scratch(shape, dtype)` when given."""
 
     def conv_transpose_arrays(
         self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int

@@ -1,4 +1,5 @@
-"""RunState: the mutable half of a run (seed 000 §1 and §5): a slab and the arrays over it.
+"""RunState: the mutable half of a run (seed 000 §1 and §5): a slab and the arrays over it,
+and an arena for the values of dynamic steps and kernels' scratch, reset at every run start.
 
 A plan's run states are pooled (at most 8 idle), so concurrent runs of one plan share weights
 and schedule but nothing mutable, and a warm run allocates no new array data besides its
@@ -14,7 +15,7 @@ from typing import Any
 
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.compiled import ABSENT
-from onemodel.graph.operators.base import Constant, InferContext, TensorSpec
+from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
 from onemodel.graph.plan import (
     ExecutionPlan,
     HostValues,
@@ -23,6 +24,7 @@ from onemodel.graph.plan import (
     _run_checked,
     spec_of,
 )
+from onemodel.tensors import Arena, BufferPool
 from onemodel.tensors.buffers import POISON
 
 
@@ -43,6 +45,8 @@ class RunState:
             offset = offsets[plan.names[value_id]]
             table[value_id] = self._view(offset, spec)
         self.base_table = table
+        self.arena = Arena(BufferPool(memory, checked=checked))
+        self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, self.arena)
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
         self.skip = [
             step.kind is StepKind.VIEW and step.outputs[0] in plan.in_slab for step in plan.steps
@@ -65,7 +69,8 @@ class RunState:
         """Run the plan; `outputs` may give arrays to write graph outputs into (by value id)."""
         plan = self.plan
         xp = plan.graph.kernels.xp
-        ctx = plan.ctx
+        ctx = self.ctx
+        self.arena.reset()
         table = self.base_table.copy()
         for value_id, array in inputs.items():
             table[value_id] = array
@@ -107,7 +112,7 @@ class RunState:
         operator = node.operator
         xp = plan.graph.kernels.xp
         if operator.outputs_data_dependent:
-            results = _run_checked(node, operator.run, plan.ctx, list(ins), None)
+            results = _run_checked(node, operator.run, self.ctx, list(ins), None)
         else:
             specs = [None if x is None else spec_of(x) for x in ins]
             context = InferContext(
@@ -124,8 +129,8 @@ class RunState:
             elif operator.view_of_input is not None:
                 results = [ins[operator.view_of_input].reshape(stated[0].shape)]
             else:
-                results = [xp.empty(s.shape, dtype=s.numpy_dtype) for s in stated]
-                _run_checked(node, operator.run, plan.ctx, list(ins), results)
+                results = [self.ctx.scratch(s.shape, s.numpy_dtype) for s in stated]
+                _run_checked(node, operator.run, self.ctx, list(ins), results)
         for value_id, result in zip(step.outputs, results, strict=False):
             table[value_id] = xp.ascontiguousarray(result)
 

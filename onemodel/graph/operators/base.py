@@ -30,7 +30,7 @@ import numpy as np
 
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.ir import Node
-from onemodel.tensors import numpy_dtype_for_onnx, onnx_name
+from onemodel.tensors import Arena, numpy_dtype_for_onnx, onnx_name
 from onemodel.tensors.errors import TensorError
 from onemodel.tensors.shapes import check_shape
 
@@ -166,18 +166,32 @@ class InferContext:
 
 
 class RunContext:
-    """What `run` may use: the backend's namespace and kernels, and whether the run is exact."""
+    """What `run` may use: the backend's namespace and kernels, whether the run is exact, and
+    scratch memory from the run state's arena (reclaimed when the next run starts)."""
 
-    __slots__ = ("exact", "kernels", "xp")
+    __slots__ = ("arena", "exact", "kernels", "xp")
 
-    def __init__(self, kernels: Any, exact: bool) -> None:
+    def __init__(self, kernels: Any, exact: bool, arena: Arena | None = None) -> None:
         self.kernels = kernels
         self.xp = kernels.xp
         self.exact = exact
+        self.arena = arena
 
     def empty(self, shape: Sequence[int], dtype: int) -> Array:
         """A new array for a data-dependent output."""
         return self.xp.empty(tuple(shape), dtype=numpy_dtype_for_onnx(dtype))
+
+    def scratch(self, shape: Sequence[int], dtype: Any) -> Array:
+        """A C-contiguous array valid until the run ends (contents unspecified).
+
+        In a run it comes from the run state's arena, so a warm run that asks for the same
+        scratch again allocates nothing; at plan time it is a plain new array."""
+        dims = tuple(int(d) for d in shape)
+        dtype = np.dtype(dtype)
+        if self.arena is None:
+            return self.xp.empty(dims, dtype=dtype)
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+        return self.arena.allocate(nbytes).data.view(dtype).reshape(dims)
 
 
 class Operator:

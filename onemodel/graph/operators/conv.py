@@ -200,7 +200,14 @@ class ConvOp(Convolution):
         (out,) = outputs
         placement = self.windows.place(x.shape[2:], w.shape[2:])
         ctx.kernels.conv_arrays(
-            x, w, out, placement.strides, placement.pads_begin, placement.dilations, self.group
+            x,
+            w,
+            out,
+            placement.strides,
+            placement.pads_begin,
+            placement.dilations,
+            self.group,
+            scratch=ctx.scratch,
         )
         self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
 

@@ -95,8 +95,12 @@ class BatchNormalizationOp(Operator):
         with np.errstate(all="ignore"):
             factor = scale.astype(compute) / xp.sqrt(var.astype(compute) + self.epsilon)
             shift = bias.astype(compute) - mean.astype(compute) * factor
-            result = x.astype(compute, copy=False) * factor.reshape(shape)
-            xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
+            if x.dtype == compute == out.dtype:  # no widening: straight into the output
+                xp.multiply(x, factor.reshape(shape), out=out)
+                xp.add(out, shift.reshape(shape), out=out)
+            else:
+                result = x.astype(compute, copy=False) * factor.reshape(shape)
+                xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
 
 
 class Standardization(Operator):
