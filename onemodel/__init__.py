@@ -1,5 +1,6 @@
 """onemodel: run ONNX models from Python on NumPy or CuPy, with a bit-exact mode."""
 
+from onemodel.cancellation import CancellationToken
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.model import Model, load
 from onemodel.ort_api import InferenceSession
@@ -9,6 +10,7 @@ from onemodel.tensors import DType, Layout, Tensor
 __version__ = "0.1.0"
 
 __all__ = [
+    "CancellationToken",
     "DType",
     "ErrorKind",
     "ExecutionMode",

@@ -8,8 +8,6 @@ plans are shared, each run takes a RunState from its plan's pool.
 from __future__ import annotations
 
 import enum
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends import BackendUnavailableError, KernelPaths
+from onemodel.cancellation import CancellationToken, RunGuard
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
+from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.plan import ExecutionPlan
-from onemodel.graph.run_state import StatePool
 from onemodel.tensors import numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
 
@@ -44,7 +43,8 @@ class SessionOptions:
     """How a session runs. `intra_op_threads` is accepted for compatibility and changes speed
     only (NumPy's BLAS decides its own threads for now); `backend` names a kernel path
     (`KernelPaths.names()`), None picking the best available; `checked` poisons dead slab
-    blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable)."""
+    blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable); `run_timeout`
+    (seconds) stops any run that takes longer with SessionError(CANCELLED)."""
 
     mode: ExecutionMode = ExecutionMode.FAST
     intra_op_threads: int = 0
@@ -52,21 +52,32 @@ class SessionOptions:
     max_cached_plans: int = 16
     backend: str | None = None
     checked: bool | None = None
+    run_timeout: float | None = None
 
 
 class Session:
     """A compiled model that runs on one backend; thread-safe."""
 
-    def __init__(self, model: ir.Model, options: SessionOptions | None = None) -> None:
+    def __init__(
+        self,
+        model: ir.Model,
+        options: SessionOptions | None = None,
+        cancel: CancellationToken | None = None,
+    ) -> None:
         self.options = options = options or SessionOptions()
-        if options.max_cached_plans < 1:
-            raise ValueError("max_cached_plans must be at least 1")
         self.kernels = _kernels(options.backend)
         self.model_info = model
-        self._graph = CompiledGraph(model, self.kernels, exact=options.mode is ExecutionMode.EXACT)
-        self._checked = checked_by_default() if options.checked is None else options.checked
-        self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
-        self._plan_lock = threading.Lock()
+        checked = checked_by_default() if options.checked is None else options.checked
+        self._graph = CompiledGraph(
+            model,
+            self.kernels,
+            exact=options.mode is ExecutionMode.EXACT,
+            checked=checked,
+            guard=None if cancel is None else RunGuard(cancel, None),
+        )
+        self._executor = GraphExecutor(
+            self._graph, max_cached_plans=options.max_cached_plans, checked=checked
+        )
         self._closed = False
         self._required = {
             meta.name for meta, value_id in zip(self.inputs, self._graph.input_ids, strict=True)
@@ -74,14 +85,28 @@ class Session:
         }  # fmt: skip
 
     @classmethod
-    def load(cls, source: ModelSource, options: SessionOptions | None = None) -> Session:
-        """A session for a model at a path, in bytes, or in a binary stream."""
-        return cls(load_model(source), options)
+    def load(
+        cls,
+        source: ModelSource,
+        options: SessionOptions | None = None,
+        cancel: CancellationToken | None = None,
+    ) -> Session:
+        """A session for a model at a path, in bytes, or in a binary stream; `cancel` is
+        checked after import and between operators while compiling."""
+        model = load_model(source)
+        if cancel is not None:
+            RunGuard(cancel, None).check()
+        return cls(model, options, cancel)
 
     @classmethod
-    def create(cls, model: ir.Model, options: SessionOptions | None = None) -> Session:
+    def create(
+        cls,
+        model: ir.Model,
+        options: SessionOptions | None = None,
+        cancel: CancellationToken | None = None,
+    ) -> Session:
         """A session for an already imported model (the model may be dropped afterwards)."""
-        return cls(model, options)
+        return cls(model, options, cancel)
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -98,7 +123,11 @@ class Session:
         return self.kernels.name
 
     def plan_count(self) -> int:
-        return len(self._plans)
+        return self._executor.plan_count()
+
+    def plans(self) -> list[ExecutionPlan]:
+        """The cached plans, oldest first (for tests and tools)."""
+        return self._executor.plans()
 
     # -- running -------------------------------------------------------------------------------
 
@@ -108,15 +137,33 @@ class Session:
         feeds: Mapping[str, Any],
         *,
         profile: dict[str, list[float]] | None = None,
+        cancel: CancellationToken | None = None,
+        timeout: float | None = None,
     ) -> list[Any]:
-        """The outputs named (all when None), in that order, for the given inputs."""
+        """The outputs named (all when None), in that order, for the given inputs.
+
+        `cancel` (a token another thread may cancel) and `timeout` (seconds; default the
+        session's `run_timeout`) are checked between operators and in every Loop and Scan
+        iteration; either stops the run with SessionError(CANCELLED) and leaves the session
+        usable."""
         wanted = self._wanted(output_names)
-        results = self._run(feeds, None, profile)
+        results = self._run(feeds, None, profile, self._guard(cancel, timeout))
         return [results[position] for position in wanted]
 
-    def run_into(self, feeds: Mapping[str, Any], outputs: Mapping[str, Any]) -> list[Any]:
+    def run_into(
+        self,
+        feeds: Mapping[str, Any],
+        outputs: Mapping[str, Any],
+        *,
+        cancel: CancellationToken | None = None,
+        timeout: float | None = None,
+    ) -> list[Any]:
         """Like `run`, writing the named outputs into the caller's arrays (checked first)."""
-        return self._run(feeds, outputs, None)
+        return self._run(feeds, outputs, None, self._guard(cancel, timeout))
+
+    def _guard(self, cancel: CancellationToken | None, timeout: float | None) -> RunGuard | None:
+        timeout = self.options.run_timeout if timeout is None else timeout
+        return None if cancel is None and timeout is None else RunGuard(cancel, timeout)
 
     def run_single(self, array: Any) -> Any:
         """A single-input model's first output for one array."""
@@ -125,13 +172,12 @@ class Session:
                 ErrorKind.INVALID_INPUT,
                 f"run_single needs a model with one input; this one has {len(self.inputs)}",
             )
-        return self._run({self.inputs[0].name: array}, None, None)[0]
+        return self._run({self.inputs[0].name: array}, None, None, self._guard(None, None))[0]
 
     def close(self) -> None:
         """Refuse new runs; runs in progress finish with the memory they hold."""
         self._closed = True
-        with self._plan_lock:
-            self._plans.clear()
+        self._executor.clear()
 
     def __enter__(self) -> Session:
         return self
@@ -144,18 +190,16 @@ class Session:
         feeds: Mapping[str, Any],
         outputs: Mapping[str, Any] | None,
         profile: dict[str, list[float]] | None,
+        guard: RunGuard | None,
     ) -> list[Any]:
         if self._closed:
             raise SessionError(ErrorKind.DISPOSED, "the session is closed")
         signature, arrays = self._inputs(feeds)
-        plan, pool = self._plan(signature)
-        targets = self._targets(plan, outputs) if outputs else None
-        state = pool.take()
-        try:
-            results = state.run(arrays, targets, profile)
-        finally:
-            pool.give(state)
-        return results
+        targets = None
+        if outputs:
+            plan, _ = self._executor.plan(signature)
+            targets = self._targets(plan, outputs)
+        return self._executor.run(signature, arrays, targets, profile, guard)
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[int]:
         names = [meta.name for meta in self.outputs]
@@ -234,21 +278,9 @@ class Session:
                 value=meta.name,
             )
         _check_dims(meta, array.shape)
-        return xp.ascontiguousarray(xp.asarray(array))
-
-    def _plan(self, signature: tuple) -> tuple[ExecutionPlan, StatePool]:
-        entry = self._plans.get(signature)
-        if entry is not None:
-            return entry
-        with self._plan_lock:
-            entry = self._plans.get(signature)
-            if entry is None:
-                plan = ExecutionPlan(self._graph, signature)
-                entry = (plan, StatePool(plan, checked=self._checked))
-                self._plans[signature] = entry
-                while len(self._plans) > self.options.max_cached_plans:
-                    self._plans.popitem(last=False)  # runs holding it keep it alive
-        return entry
+        array = xp.asarray(array)
+        # np.ascontiguousarray would turn a 0-d input into 1-d
+        return array if array.flags.c_contiguous else xp.array(array, order="C")
 
     def _targets(self, plan: ExecutionPlan, outputs: Mapping[str, Any]) -> dict[int, Any]:
         """Caller output arrays by value id, checked against static output specs."""

@@ -4,7 +4,7 @@ tests/test_conformance.py marks these xfail through the suite's own mechanism (u
 expectedFailure), so a listed case that starts passing fails the run until it is taken off
 this list. Shrink it; never grow it silently.
 
-With onnx 1.23.2: 1374 of 2,033 cases pass on the NumPy backend; 659 are listed here.
+With onnx 1.23.2: 1,402 of 2,033 cases pass on the NumPy backend; 631 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
@@ -341,13 +341,8 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_hannwindow",
         "test_hannwindow_symmetric",
     ),
-    # 7 case(s)
+    # 2 case(s)
     "operator not implemented yet (issue 4): If": (
-        "test_affine_grid_2d_align_corners_expanded",
-        "test_affine_grid_2d_expanded",
-        "test_affine_grid_3d_align_corners_expanded",
-        "test_affine_grid_3d_expanded",
-        "test_if",
         "test_if_opt",
         "test_if_seq",
     ),
@@ -389,15 +384,10 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_linear_attention_no_past_explicit_zeros",
         "test_linear_attention_prefill_with_past",
     ),
-    # 7 case(s)
+    # 2 case(s)
     "operator not implemented yet (issue 4): Loop": (
-        "test_loop11",
         "test_loop13_seq",
         "test_loop16_seq_none",
-        "test_range_bfloat16_type_positive_delta_expanded",
-        "test_range_float16_type_positive_delta_expanded",
-        "test_range_float_type_positive_delta_expanded",
-        "test_range_int32_type_negative_delta_expanded",
     ),
     # 6 case(s)
     "operator not implemented yet (issue 4): Loop, SequenceEmpty, SequenceLength": (
@@ -650,27 +640,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
     "operator not implemented yet (issue 4): STFT": (
         "test_stft",
         "test_stft_with_window",
-    ),
-    # 18 case(s)
-    "operator not implemented yet (issue 4): Scan": (
-        "test_linear_attention_decode_step_expanded",
-        "test_linear_attention_delta_expanded",
-        "test_linear_attention_explicit_scale_expanded",
-        "test_linear_attention_fp16_expanded",
-        "test_linear_attention_gated_delta_beta_scalar_expanded",
-        "test_linear_attention_gated_delta_expanded",
-        "test_linear_attention_gated_delta_gqa_expanded",
-        "test_linear_attention_gated_delta_mqa_expanded",
-        "test_linear_attention_gated_expanded",
-        "test_linear_attention_gated_per_head_decay_expanded",
-        "test_linear_attention_linear_expanded",
-        "test_linear_attention_linear_t1_no_past_expanded",
-        "test_linear_attention_no_past_explicit_zeros_expanded",
-        "test_linear_attention_prefill_with_past_expanded",
-        "test_scan9_multi_state",
-        "test_scan9_scalar",
-        "test_scan9_sum",
-        "test_scan_sum",
     ),
     # 1 case(s)
     "operator not implemented yet (issue 4): SequenceAt, SequenceConstruct, SequenceErase": (

@@ -8,13 +8,16 @@ starts passing fails the run until it is taken off the list: the list can only s
 
 from __future__ import annotations
 
+import os
+
 import onnx.backend.test
 from conformance_expected import EXPECTED_FAILURES
 
 from onemodel.onnx_backend import OnemodelBackend
 
 backend_test = onnx.backend.test.BackendTest(OnemodelBackend, __name__)
-for name in EXPECTED_FAILURES:
-    backend_test.xfail(f"^{name}_(cpu|cuda)$")
+if not os.environ.get("ONEMODEL_CONFORMANCE_NO_XFAIL"):  # set it to see why listed cases fail
+    for name in EXPECTED_FAILURES:
+        backend_test.xfail(f"^{name}_(cpu|cuda)$")
 
 globals().update(backend_test.test_cases)

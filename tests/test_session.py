@@ -252,7 +252,7 @@ def test_shape_gather_concat_reshape_chains_become_constants():
     values = np.arange(3 * 24, dtype=np.float32).reshape(3, 4, 6)
     (out,) = session.run(None, {"x": values})
     np.testing.assert_array_equal(out, values.reshape(3, 24))
-    plan, _ = next(iter(session._plans.values()))
+    (plan,) = session.plans()
     assert [(s.kind, s.node.info.op_type) for s in plan.steps] == [(StepKind.VIEW, "Reshape")]
 
 
@@ -341,8 +341,17 @@ def test_dynamic_steps_are_shaped_in_every_run_and_outputs_stay_the_callers():
     (second,) = session.run(None, {"x": values + 1, "shape": np.array([3, 2])})
     np.testing.assert_array_equal(first, -values.reshape(2, 3))
     np.testing.assert_array_equal(second, -(values + 1).reshape(3, 2))
-    plan, _ = next(iter(session._plans.values()))
+    (plan,) = session.plans()
     assert {step.kind for step in plan.steps} == {StepKind.DYNAMIC}
     with pytest.raises(SessionError, match="Reshape") as error:
         session.run(None, {"x": values, "shape": np.array([4, 2])})
     assert error.value.kind is ErrorKind.INVALID_INPUT
+
+
+def test_scalar_inputs_keep_rank_zero():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    session = session_for(helper.make_model(helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["y"])], "g", [x], [y])))  # fmt: skip
+    (out,) = session.run(None, {"x": np.float32(2.5)})
+    assert out.shape == () and out == -2.5

@@ -6,6 +6,7 @@ numbered so that plans and runs index lists instead of hashing names.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +42,21 @@ class CompiledNode:
 class CompiledGraph:
     """The shape-independent form of a model that plans are made from."""
 
-    def __init__(self, model: ir.Model, kernels: Any, *, exact: bool = False) -> None:
+    def __init__(
+        self,
+        model: ir.Model,
+        kernels: Any,
+        *,
+        exact: bool = False,
+        checked: bool = False,
+        guard: Any = None,
+    ) -> None:
         graph = model.graph
         self.kernels = kernels
         self.exact = exact
+        self.checked = checked
+        self.opsets = model.opsets
+        self._guard = guard  # checked between operators while compiling (cancellation)
         self.names: list[str] = []
         self._ids: dict[str, int] = {}
         live_nodes = _live_nodes(graph)
@@ -85,17 +97,23 @@ class CompiledGraph:
         """Find every node's operator; all unsupported ones are reported together."""
         compiled, missing = [], []
         for node, opset, definition in _definitions(model, nodes):
+            if self._guard is not None:
+                self._guard.check(node.name)
             if definition is None:
                 label = _label(node, opset)
                 if label not in missing:
                     missing.append(label)
                 continue
-            info = NodeInfo.of(node, opset)
+            captured = tuple(
+                dict.fromkeys(name for body in node.subgraphs() for name in body.outer_names)
+            )
+            has_bodies = next(node.subgraphs(), None) is not None
+            info = NodeInfo.of(node, opset, captured, self._compile_body if has_bodies else None)
             compiled.append(
                 CompiledNode(
                     definition.factory(info),
                     info,
-                    tuple(self.value_id(name) for name in node.inputs),
+                    tuple(self.value_id(name) for name in (*node.inputs, *captured)),
                     tuple(self.value_id(name) for name in node.outputs),
                 )
             )
@@ -106,6 +124,17 @@ class CompiledGraph:
                 operators=missing,
             )
         return compiled
+
+    def _compile_body(self, body: ir.Graph) -> Any:
+        """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the
+        outer values it reads become extra inputs after its declared ones."""
+        from onemodel.graph.executor import GraphExecutor  # the executor builds on this module
+
+        captured = tuple(ir.ValueInfo(name) for name in body.outer_names)
+        graph = dataclasses.replace(body, inputs=(*body.inputs, *captured))
+        model = ir.Model(graph=graph, opsets=self.opsets)
+        nested = CompiledGraph(model, self.kernels, exact=self.exact, checked=self.checked)
+        return GraphExecutor(nested, checked=self.checked)
 
     def _check_exact(self) -> None:
         if not self.exact:

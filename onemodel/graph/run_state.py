@@ -65,11 +65,14 @@ class RunState:
         inputs: Mapping[int, Any],
         outputs: Mapping[int, Any] | None = None,
         profile: dict[str, list[float]] | None = None,
+        guard: Any = None,
     ) -> list[Any]:
-        """Run the plan; `outputs` may give arrays to write graph outputs into (by value id)."""
+        """Run the plan; `outputs` may give arrays to write graph outputs into (by value id);
+        `guard` (a RunGuard) is checked before every step."""
         plan = self.plan
         xp = plan.graph.kernels.xp
         ctx = self.ctx
+        ctx.guard = guard
         self.arena.reset()
         table = self.base_table.copy()
         for value_id, array in inputs.items():
@@ -79,6 +82,8 @@ class RunState:
         for index, step in enumerate(plan.steps):
             if self.skip[index]:
                 continue
+            if guard is not None:
+                guard.check(step.node.info.name)
             started = time.perf_counter() if profile is not None else 0.0
             ins = [None if i == ABSENT else table[i] for i in step.inputs]
             if step.kind is StepKind.STATIC:
@@ -132,7 +137,7 @@ class RunState:
                 results = [self.ctx.scratch(s.shape, s.numpy_dtype) for s in stated]
                 _run_checked(node, operator.run, self.ctx, list(ins), results)
         for value_id, result in zip(step.outputs, results, strict=False):
-            table[value_id] = xp.ascontiguousarray(result)
+            table[value_id] = result if result.flags.c_contiguous else xp.array(result, order="C")
 
     def _result(self, array: Any, value_id: int, given: Mapping[int, Any]) -> Any:
         """A graph output the caller may keep: never a view of the slab, a weight or an input."""

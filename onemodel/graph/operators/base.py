@@ -77,12 +77,22 @@ class NodeInfo:
     outputs: tuple[str, ...]
     attributes: Mapping[str, Any] = field(default_factory=dict)
     ir: Node | None = None
+    # Values of enclosing graphs the node's subgraphs read; they follow `inputs` in `run`.
+    captured: tuple[str, ...] = ()
+    # Compiles one of the node's subgraphs into a runnable body (If, Loop, Scan).
+    compile_body: Callable[[Any], Any] | None = None
 
     @classmethod
-    def of(cls, node: Node, opset: int) -> NodeInfo:
+    def of(
+        cls,
+        node: Node,
+        opset: int,
+        captured: tuple[str, ...] = (),
+        compile_body: Callable[[Any], Any] | None = None,
+    ) -> NodeInfo:
         return cls(
             node.name, node.op_type, node.domain, opset, node.inputs, node.outputs,
-            node.attributes, node,
+            node.attributes, node, captured, compile_body,
         )  # fmt: skip
 
     @property
@@ -169,13 +179,20 @@ class RunContext:
     """What `run` may use: the backend's namespace and kernels, whether the run is exact, and
     scratch memory from the run state's arena (reclaimed when the next run starts)."""
 
-    __slots__ = ("arena", "exact", "kernels", "xp")
+    __slots__ = ("arena", "exact", "guard", "kernels", "xp")
 
     def __init__(self, kernels: Any, exact: bool, arena: Arena | None = None) -> None:
         self.kernels = kernels
         self.xp = kernels.xp
         self.exact = exact
         self.arena = arena
+        self.guard: Any = None  # the current run's RunGuard (cancellation, timeout), if any
+
+    def check(self, node: str | None = None) -> None:
+        """Raise SessionError(CANCELLED) if the run was cancelled or ran out of time; long
+        operators (Loop and Scan iterations) call it as they go."""
+        if self.guard is not None:
+            self.guard.check(node)
 
     def empty(self, shape: Sequence[int], dtype: int) -> Array:
         """A new array for a data-dependent output."""

@@ -1,0 +1,86 @@
+"""GraphExecutor: a compiled graph with its plan cache and run-state pools.
+
+A Session is one of these plus input validation; the body of an If, Loop or Scan is another,
+nested one, compiled once with its node and run once per branch or iteration.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from onemodel.graph.compiled import CompiledGraph
+from onemodel.graph.operators.base import TensorSpec
+from onemodel.graph.plan import ExecutionPlan, spec_of
+from onemodel.graph.run_state import StatePool
+
+
+class GraphExecutor:
+    """Plans by input signature (the oldest dropped beyond `max_cached_plans`) and runs."""
+
+    def __init__(self, graph: CompiledGraph, *, max_cached_plans: int = 16, checked: bool = False):
+        if max_cached_plans < 1:
+            raise ValueError("max_cached_plans must be at least 1")
+        self.graph = graph
+        self.max_cached_plans = max_cached_plans
+        self.checked = checked
+        self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._input_ids = {
+            meta.name: vid for meta, vid in zip(graph.inputs, graph.input_ids, strict=True)
+        }
+
+    def plan(self, signature: tuple[TensorSpec | None, ...]) -> tuple[ExecutionPlan, StatePool]:
+        """The plan for these input specs (None: the input's default), made on first use."""
+        entry = self._plans.get(signature)
+        if entry is not None:
+            return entry
+        with self._lock:
+            entry = self._plans.get(signature)
+            if entry is None:
+                plan = ExecutionPlan(self.graph, signature)
+                entry = (plan, StatePool(plan, checked=self.checked))
+                self._plans[signature] = entry
+                while len(self._plans) > self.max_cached_plans:
+                    self._plans.popitem(last=False)  # runs holding it keep it alive
+        return entry
+
+    def plan_count(self) -> int:
+        return len(self._plans)
+
+    def plans(self) -> list[ExecutionPlan]:
+        return [plan for plan, _ in self._plans.values()]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()
+
+    def run(
+        self,
+        signature: tuple[TensorSpec | None, ...],
+        arrays: Mapping[int, Any],
+        targets: Mapping[int, Any] | None = None,
+        profile: dict[str, list[float]] | None = None,
+        guard: Any = None,
+    ) -> list[Any]:
+        """Run with arrays by input value id; they must match `signature`."""
+        _, pool = self.plan(signature)
+        state = pool.take()
+        try:
+            return state.run(arrays, targets, profile, guard)
+        finally:
+            pool.give(state)
+
+    def run_named(self, feeds: Mapping[str, Any], guard: Any = None) -> list[Any]:
+        """Run a body: inputs by name, typed by the arrays themselves (bodies may be untyped)."""
+        arrays = {self._input_ids[name]: array for name, array in feeds.items()}
+        signature = tuple(
+            spec_of(arrays[vid]) if vid in arrays else None for vid in self.graph.input_ids
+        )
+        return self.run(signature, arrays, guard=guard)
+
+    @property
+    def input_names(self) -> Sequence[str]:
+        return [meta.name for meta in self.graph.inputs]

@@ -1,0 +1,199 @@
+"""If, Loop and Scan (seed 000 §8): operators whose attributes hold graphs.
+
+Each body is compiled once, with the node, into a nested executor of the same backend and mode;
+the values of enclosing graphs it reads arrive as extra inputs after the node's declared ones.
+Their output shapes depend on values (the branch taken, the trip count), so the outputs are
+data-dependent: `run` returns new arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onemodel.graph.operators.base import Array, NodeInfo, OpDef, Operator, RunContext
+from onemodel.tensors import numpy_dtype_for_onnx
+
+
+class ControlFlow(Operator):
+    outputs_data_dependent = True
+
+    def body(self, attribute: str) -> Any:
+        graph = self.node.attr(attribute)
+        if self.node.compile_body is None:
+            raise self.node.invalid(f"{self.node.op_type} has no compiled body")
+        return self.node.compile_body(graph)
+
+    def captured(self, inputs: Sequence[Array | None]) -> dict[str, Array]:
+        """Outer values by name: they follow the node's declared inputs."""
+        return dict(zip(self.node.captured, inputs[len(self.node.inputs) :], strict=True))
+
+    @staticmethod
+    def feeds(executor: Any, positional: Sequence[Array], captured: dict[str, Array]) -> dict:
+        """A body's inputs: its declared ones by position, then the outer values it reads."""
+        names = executor.input_names
+        feeds = dict(zip(names, positional, strict=False))
+        feeds.update((name, captured[name]) for name in names[len(positional) :])
+        return feeds
+
+    @staticmethod
+    def host_scalar(ctx: RunContext, value: Array) -> Any:
+        return np.asarray(ctx.kernels.memory.to_host(value)).reshape(-1)[0]
+
+    @staticmethod
+    def empty_stack(ctx: RunContext, executor: Any, position: int) -> Array:
+        """The stacked scan output of zero iterations: [0, *dims] of the declared type."""
+        meta = executor.graph.outputs[position]
+        dtype = numpy_dtype_for_onnx(meta.elem_type if meta.elem_type is not None else 1)
+        dims = meta.dims or ()
+        shape = (0, *dims) if all(isinstance(d, int) for d in dims) else (0,)
+        return ctx.xp.empty(shape, dtype=dtype)
+
+
+class IfOp(ControlFlow):
+    """Runs the branch the condition chooses, once."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.then_branch = self.body("then_branch")
+        self.else_branch = self.body("else_branch")
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
+        branch = self.then_branch if self.host_scalar(ctx, inputs[0]) else self.else_branch
+        return branch.run_named(self.feeds(branch, (), self.captured(inputs)), ctx.guard)
+
+
+class LoopOp(ControlFlow):
+    """Runs the body while the trip count and the condition allow, carrying N values from one
+    iteration to the next and stacking K scan outputs on a new first axis."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.loop_body = self.body("body")
+        self.carried = len(node.inputs) - 2
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
+        xp = ctx.xp
+        declared = self.node.inputs
+        trips = inputs[0] if declared[0] else None
+        condition = inputs[1] if len(declared) > 1 and declared[1] else None
+        limit = None if trips is None else int(self.host_scalar(ctx, trips))
+        going = True if condition is None else bool(self.host_scalar(ctx, condition))
+        carried = [xp.array(v) for v in inputs[2 : len(declared)]]
+        captured = self.captured(inputs)
+        scans: list[list[Array]] = []
+        iteration = 0
+        while going and (limit is None or iteration < limit):
+            ctx.check(self.node.name)
+            positional = (xp.asarray(np.int64(iteration)), xp.asarray(np.bool_(going)), *carried)
+            feeds = self.feeds(self.loop_body, positional, captured)
+            results = self.loop_body.run_named(feeds, ctx.guard)
+            going = bool(self.host_scalar(ctx, results[0]))
+            carried = results[1 : 1 + self.carried]
+            scans.append(results[1 + self.carried :])
+            iteration += 1
+        scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
+        stacked = [
+            xp.stack([outs[k] for outs in scans])
+            if scans
+            else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k)
+            for k in range(scan_count)
+        ]
+        return [*carried, *stacked]
+
+
+class ScanOp(ControlFlow):
+    """Slices the scan inputs along their axes (reversed when asked), runs the body per slice
+    with N carried states, and places the scan outputs the same way. Opset 8 has a batch axis
+    first and optional per-batch sequence lengths; later opsets have neither."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.scan_body = self.body("body")
+        self.scan_inputs = int(node.attr("num_scan_inputs"))
+        self.batched = node.opset < 9
+        declared = len(node.inputs) - (1 if self.batched else 0)
+        self.states = declared - self.scan_inputs
+        if self.states < 0:
+            raise node.invalid("Scan has fewer inputs than num_scan_inputs")
+        self.outputs_count = len(self.scan_body.graph.outputs) - self.states
+        direction_attribute = "directions" if self.batched else "scan_input_directions"
+        self.input_directions = list(node.attr(direction_attribute, [0] * self.scan_inputs))
+        self.input_axes = list(node.attr("scan_input_axes", [0] * self.scan_inputs))
+        self.output_directions = list(node.attr("scan_output_directions", [0] * self.outputs_count))
+        self.output_axes = list(node.attr("scan_output_axes", [0] * self.outputs_count))
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
+        captured = self.captured(inputs)
+        declared = list(inputs[: len(self.node.inputs)])
+        if not self.batched:
+            return self._scan(ctx, declared[: self.states], declared[self.states :], captured)
+        xp = ctx.xp
+        lengths, data = declared[0], declared[1:]
+        states, scanned = data[: self.states], data[self.states :]
+        batch = (states or scanned)[0].shape[0]
+        per_batch = []
+        for b in range(batch):
+            steps = (
+                scanned[0].shape[1]
+                if lengths is None
+                else int(ctx.kernels.memory.to_host(lengths)[b])
+            )
+            sliced = [x[b, :steps] for x in scanned]
+            per_batch.append(self._scan(ctx, [s[b] for s in states], sliced, captured))
+        longest = max((r[self.states].shape[0] for r in per_batch if self.outputs_count), default=0)
+        results = [xp.stack([r[i] for r in per_batch]) for i in range(self.states)]
+        for k in range(self.outputs_count):
+            parts = []
+            for r in per_batch:
+                part = r[self.states + k]
+                pad = [(0, longest - part.shape[0])] + [(0, 0)] * (part.ndim - 1)
+                parts.append(xp.pad(part, pad))
+            results.append(xp.stack(parts))
+        return results
+
+    def _scan(
+        self,
+        ctx: RunContext,
+        states: list[Array],
+        scanned: list[Array],
+        captured: dict[str, Array],
+    ) -> list[Array]:
+        xp = ctx.xp
+        axes = [a % x.ndim for a, x in zip(self.input_axes, scanned, strict=True)]
+        lengths = {x.shape[a] for x, a in zip(scanned, axes, strict=True)}
+        if len(lengths) > 1:
+            raise self.node.bad_input(f"Scan inputs disagree on the sequence length: {lengths}")
+        steps = lengths.pop() if lengths else 0
+        carried = [xp.array(s) for s in states]
+        collected: list[list[Array]] = [[] for _ in range(self.outputs_count)]
+        for t in range(steps):
+            ctx.check(self.node.name)
+            slices = [
+                xp.take(x, steps - 1 - t if reverse else t, axis=a)
+                for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
+            ]
+            feeds = self.feeds(self.scan_body, (*carried, *slices), captured)
+            results = self.scan_body.run_named(feeds, ctx.guard)
+            carried = results[: self.states]
+            for k in range(self.outputs_count):
+                collected[k].append(results[self.states + k])
+        stacked = []
+        for k, parts in enumerate(collected):
+            if not parts:
+                stacked.append(self.empty_stack(ctx, self.scan_body, self.states + k))
+                continue
+            if self.output_directions[k]:
+                parts = parts[::-1]
+            axis = self.output_axes[k] % (parts[0].ndim + 1)
+            stacked.append(xp.stack(parts, axis=axis))
+        return [*carried, *stacked]
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("If", 1, IfOp),
+    OpDef("Loop", 1, LoopOp),
+    OpDef("Scan", 8, ScanOp),
+)
