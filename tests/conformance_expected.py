@@ -4,7 +4,7 @@ tests/test_conformance.py marks these xfail through the suite's own mechanism (u
 expectedFailure), so a listed case that starts passing fails the run until it is taken off
 this list. Shrink it; never grow it silently.
 
-With onnx 1.23.2: 1,402 of 2,033 cases pass on the NumPy backend; 631 are listed here.
+With onnx 1.23.2: 1,420 of 2,033 cases pass on the NumPy backend; 613 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
@@ -301,15 +301,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_einsum_transpose",
         "test_einsum_transpose_bfloat16",
     ),
-    # 6 case(s)
-    "operator not implemented yet (issue 4): GRU": (
-        "test_gru_batchwise",
-        "test_gru_bidirectional",
-        "test_gru_defaults",
-        "test_gru_reverse",
-        "test_gru_seq_length",
-        "test_gru_with_initial_bias",
-    ),
     # 18 case(s)
     "operator not implemented yet (issue 4): GridSample": (
         "test_gridsample",
@@ -357,15 +348,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_image_decoder_decode_pnm_rgb",
         "test_image_decoder_decode_tiff_rgb",
         "test_image_decoder_decode_webp_rgb",
-    ),
-    # 6 case(s)
-    "operator not implemented yet (issue 4): LSTM": (
-        "test_lstm_batchwise",
-        "test_lstm_bidirectional",
-        "test_lstm_defaults",
-        "test_lstm_reverse",
-        "test_lstm_with_initial_bias",
-        "test_lstm_with_peepholes",
     ),
     # 14 case(s)
     "operator not implemented yet (issue 4): LinearAttention": (
@@ -549,15 +531,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_rms_normalization_4d_axis_negative_3",
         "test_rms_normalization_4d_axis_negative_4",
         "test_rms_normalization_default_axis",
-    ),
-    # 6 case(s)
-    "operator not implemented yet (issue 4): RNN": (
-        "test_rnn_seq_length",
-        "test_simple_rnn_batchwise",
-        "test_simple_rnn_bidirectional",
-        "test_simple_rnn_defaults",
-        "test_simple_rnn_reverse",
-        "test_simple_rnn_with_initial_bias",
     ),
     # 3 case(s)
     "operator not implemented yet (issue 4): RandomUniformLike": (

@@ -1,5 +1,381 @@
-"""(being written)"""
+"""Recurrent layers RNN, GRU and LSTM: one layer over a sequence, forward, reverse or both.
 
-from onemodel.graph.operators.base import OpDef
+The three share everything but the cell equations (`Recurrent.step`): the input projection
+X·Wᵀ + Wb of every time step is one matrix product per direction; the recurrence is a Python
+loop over the time steps, vectorised over batch and hidden units. Work is in float32 (float64
+for double inputs), float16 and bfloat16 rounded once into the outputs.
 
-DEFS: tuple[OpDef, ...] = ()
+`sequence_lens` gives each batch entry its own length L ≤ seq_length: its steps from L on are
+zero in Y and leave the state alone, so Y_h (and Y_c) hold the state after its last valid step
+(the initial state when L = 0). A reverse direction runs from step L - 1 down to 0.
+
+Outputs are Y [T, D, B, H], Y_h and Y_c [D, B, H] (layout 1, opset 14 on: X is [B, T, I], Y
+[B, T, D, H], the states and initial states [B, D, H]). An output the node does not name is
+stated as an empty array and never computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.graph.operators.binary import check_same_type
+from onemodel.tensors import DType
+
+_TYPES = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+_TYPES_22 = _TYPES | {DType.BFLOAT16}
+_LENGTH_TYPES = frozenset({DType.INT32})
+
+# Input positions shared by the three operators (LSTM adds initial_c and P).
+_X, _W, _R, _B, _LENGTHS, _INITIAL_H, _INITIAL_C, _P = range(8)
+
+Formula = Callable[[Any, Array, float, float], Array]
+
+
+def _sigmoid(xp: Any, x: Array, alpha: float, beta: float) -> Array:
+    return 1.0 / (1.0 + xp.exp(-x))
+
+
+# name (lower case) → (formula, default alpha or None when unused, default beta or None).
+# Defaults are those of the ONNX operators of the same name, as the spec says (onnxruntime
+# uses 0 where it has none of its own: models relying on that pass the values explicitly).
+_ACTIVATIONS: dict[str, tuple[Formula, float | None, float | None]] = {
+    "relu": (lambda xp, x, a, b: xp.maximum(x, 0.0), None, None),
+    "tanh": (lambda xp, x, a, b: xp.tanh(x), None, None),
+    "sigmoid": (_sigmoid, None, None),
+    "affine": (lambda xp, x, a, b: a * x + b, 1.0, 0.0),
+    "leakyrelu": (lambda xp, x, a, b: xp.where(x >= 0, x, a * x), 0.01, None),
+    "thresholdedrelu": (lambda xp, x, a, b: xp.where(x > a, x, 0.0), 1.0, None),
+    "scaledtanh": (lambda xp, x, a, b: a * xp.tanh(b * x), 1.0, 1.0),
+    "hardsigmoid": (lambda xp, x, a, b: xp.clip(a * x + b, 0.0, 1.0), 0.2, 0.5),
+    "elu": (lambda xp, x, a, b: xp.where(x >= 0, x, a * xp.expm1(x)), 1.0, None),
+    "softsign": (lambda xp, x, a, b: x / (1.0 + xp.absolute(x)), None, None),
+    "softplus": (lambda xp, x, a, b: xp.logaddexp(x, 0.0), None, None),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """One activation function of a direction, with the alpha and beta it consumed."""
+
+    formula: Formula
+    alpha: float
+    beta: float
+
+    def __call__(self, xp: Any, x: Array) -> Array:
+        return self.formula(xp, x, self.alpha, self.beta)
+
+
+@dataclass(frozen=True, slots=True)
+class DirectionWeights:
+    """What one direction's steps read: Rᵀ, the recurrence bias Rb and the peepholes P."""
+
+    recurrence: Array  # [H, gates·H]
+    bias: Array  # [gates·H]
+    peepholes: Array | None  # [3·H] (LSTM only)
+    activations: tuple[Activation, ...]
+
+
+def _optional(inputs: Sequence[Array | None], index: int) -> Array | None:
+    """An optional input: None when absent or left off the end of the node's inputs."""
+    return inputs[index] if index < len(inputs) else None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Recurrent(Operator):
+    """The shared layer: attributes, shapes, the projection and the loop over time steps."""
+
+    gates: ClassVar[int]  # blocks of H rows in W and R
+    default_activations: ClassVar[tuple[str, ...]]  # one direction's
+    states: ClassVar[int] = 1  # state tensors carried from step to step (h, and c for LSTM)
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        direction = _text(node.attr("direction", "forward"))
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise node.invalid(
+                f"{node.op_type} direction '{direction}' is not one of forward, reverse, "
+                "bidirectional"
+            )
+        self.directions = 2 if direction == "bidirectional" else 1
+        self.reverse = direction == "reverse"
+        self.hidden_size: int | None = node.attr("hidden_size", None)
+        if self.hidden_size is not None and self.hidden_size <= 0:
+            raise node.invalid(
+                f"{node.op_type} hidden_size must be positive, got {self.hidden_size}"
+            )
+        clip = node.attr("clip", None)
+        if clip is not None and not clip > 0:
+            raise node.invalid(f"{node.op_type} clip must be positive, got {clip}")
+        self.clip: float | None = None if clip is None else float(clip)
+        self.layout = int(node.attr("layout", 0)) if node.opset >= 14 else 0
+        if self.layout not in (0, 1):
+            raise node.invalid(f"{node.op_type} layout must be 0 or 1, got {self.layout}")
+        self.activations = self._activations(node)
+        self.wanted = tuple(bool(name) for name in node.outputs)
+
+    def _activations(self, node: NodeInfo) -> tuple[tuple[Activation, ...], ...]:
+        """Per direction; alphas and betas are consumed in order by the functions that use
+        them. A two-direction list given to a one-direction layer keeps its forward half (the
+        RNN schema's own default lists two)."""
+        per_direction = len(self.default_activations)
+        names = [_text(n) for n in node.attr("activations", ())]
+        names = names or list(self.default_activations) * self.directions
+        if self.directions == 1 and len(names) == 2 * per_direction:
+            names = names[:per_direction]
+        if len(names) != per_direction * self.directions:
+            raise node.invalid(
+                f"{node.op_type} needs {per_direction * self.directions} activations for "
+                f"{self.directions} direction(s), got {len(names)}"
+            )
+        alphas = iter(float(a) for a in node.attr("activation_alpha", ()))
+        betas = iter(float(b) for b in node.attr("activation_beta", ()))
+        functions = []
+        for name in names:
+            entry = _ACTIVATIONS.get(name.lower())
+            if entry is None:
+                raise node.invalid(f"{node.op_type} has an unknown activation '{name}'")
+            formula, alpha, beta = entry
+            alpha = 0.0 if alpha is None else next(alphas, alpha)
+            beta = 0.0 if beta is None else next(betas, beta)
+            functions.append(Activation(formula, alpha, beta))
+        return tuple(
+            tuple(functions[d * per_direction : (d + 1) * per_direction])
+            for d in range(self.directions)
+        )
+
+    # -- shapes ---------------------------------------------------------------------------------
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        types = _TYPES_22 if self.node.opset >= 22 else _TYPES
+        tensors = [i for i in (_X, _W, _R, _B, _INITIAL_H, _INITIAL_C, _P) if i < len(ctx)]
+        self.check_types(ctx, types, *tensors)
+        check_same_type(ctx, tensors)
+        self.check_types(ctx, _LENGTH_TYPES, _LENGTHS)
+        x = ctx.shape(_X)
+        if len(x) != 3:
+            raise self.node.bad_input(
+                f"{self.node.op_type} input X must have rank 3, got shape {x}", self.node.inputs[_X]
+            )
+        steps, batch = (x[0], x[1]) if self.layout == 0 else (x[1], x[0])
+        r = ctx.shape(_R)
+        hidden = self.hidden_size if self.hidden_size is not None else (r[-1] if r else 0)
+        d, g = self.directions, self.gates
+        self._expect(ctx, _W, (d, g * hidden, x[2]))
+        self._expect(ctx, _R, (d, g * hidden, hidden))
+        self._expect(ctx, _B, (d, 2 * g * hidden))
+        self._expect(ctx, _LENGTHS, (batch,))
+        self._expect(ctx, _P, (d, 3 * hidden))
+        state = (d, batch, hidden) if self.layout == 0 else (batch, d, hidden)
+        for index in (_INITIAL_H, _INITIAL_C)[: self.states]:
+            self._expect(ctx, index, state)
+        y = (steps, d, batch, hidden) if self.layout == 0 else (batch, steps, d, hidden)
+        dtype = ctx.dtype(_X)
+        shapes = (y, *([state] * self.states))
+        return [
+            ctx.output(dtype, shape if wanted else (0,))
+            for shape, wanted in zip(shapes, self.wanted, strict=False)
+        ]
+
+    def _expect(self, ctx: InferContext, index: int, shape: tuple[int, ...]) -> None:
+        if ctx.has(index) and ctx.shape(index) != shape:
+            name = self.node.inputs[index]
+            raise self.node.bad_input(
+                f"{self.node.op_type} input '{name}' must have shape {shape}, got "
+                f"{ctx.shape(index)}",
+                name,
+            )
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp = ctx.xp
+        x = inputs[_X]
+        work = xp.float64 if x.dtype == xp.float64 else xp.float32
+        x = (x if self.layout == 0 else x.transpose(1, 0, 2)).astype(work)
+        lengths = self._lengths(_optional(inputs, _LENGTHS), x.shape[0])
+        y = self._time_major(outputs, 0, (1, 2, 0, 3))
+        finals = [self._time_major(outputs, k, (1, 0, 2)) for k in range(1, 1 + self.states)]
+        with np.errstate(all="ignore"):
+            for d in range(self.directions):
+                state = self._run_direction(xp, inputs, x, d, lengths, y)
+                for final, value in zip(finals, state, strict=True):
+                    if final is not None:
+                        final[d] = value
+
+    def _run_direction(
+        self,
+        xp: Any,
+        inputs: Sequence[Array | None],
+        x: Array,
+        d: int,
+        lengths: Array | None,
+        y: Array | None,
+    ) -> tuple[Array, ...]:
+        """Direction d over time-major x ([T, B, I], working type), writing y[:, d] when wanted;
+        returns the final state."""
+        steps, batch, hidden = x.shape[0], x.shape[1], inputs[_R].shape[2]
+        size = self.gates * hidden
+        weights = self._direction(xp, inputs, d, size, x.dtype)
+        projected = xp.matmul(x, inputs[_W][d].astype(x.dtype).T)
+        bias = _optional(inputs, _B)
+        if bias is not None:
+            projected += bias[d, :size].astype(x.dtype)
+        state = tuple(
+            self._initial(xp, _optional(inputs, index), d, batch, hidden, x.dtype)
+            for index in (_INITIAL_H, _INITIAL_C)[: self.states]
+        )
+        backward = self.reverse or d == 1
+        for t in range(steps - 1, -1, -1) if backward else range(steps):
+            new = self.step(xp, projected[t], state, weights)
+            if lengths is None:
+                state, emitted = new, new[0]
+            else:
+                valid = lengths > t
+                state = tuple(xp.where(valid, n, s) for n, s in zip(new, state, strict=True))
+                emitted = xp.where(valid, new[0], 0.0)
+            if y is not None:
+                y[t, d] = emitted
+        return state
+
+    def _lengths(self, lengths: Array | None, steps: int) -> Array | None:
+        """Per batch entry as a [B, 1] column; refused outside [0, seq_length]."""
+        if lengths is None:
+            return None
+        if lengths.size and (int(lengths.min()) < 0 or int(lengths.max()) > steps):
+            raise self.node.bad_input(
+                f"{self.node.op_type} sequence_lens must lie in [0, {steps}]",
+                self.node.inputs[_LENGTHS],
+            )
+        return lengths.reshape(-1, 1)
+
+    def _time_major(self, outputs: Any, index: int, axes: tuple[int, ...]) -> Array | None:
+        """A wanted output as a view with the direction (and time) axes first."""
+        if index >= len(self.wanted) or not self.wanted[index]:
+            return None
+        return outputs[index] if self.layout == 0 else outputs[index].transpose(axes)
+
+    def _initial(
+        self, xp: Any, given: Array | None, d: int, batch: int, hidden: int, work: Any
+    ) -> Array:
+        if given is None:
+            return xp.zeros((batch, hidden), dtype=work)
+        return (given[d] if self.layout == 0 else given[:, d]).astype(work)
+
+    def _direction(
+        self, xp: Any, inputs: Sequence[Array | None], d: int, size: int, work: Any
+    ) -> DirectionWeights:
+        bias = _optional(inputs, _B)
+        peepholes = _optional(inputs, _P)
+        return DirectionWeights(
+            inputs[_R][d].astype(work).T,
+            xp.zeros(size, dtype=work) if bias is None else bias[d, size:].astype(work),
+            None if peepholes is None else peepholes[d].astype(work),
+            self.activations[d],
+        )
+
+    def clipped(self, xp: Any, x: Array) -> Array:
+        """The `clip` attribute bounds every activation's input."""
+        return x if self.clip is None else xp.clip(x, -self.clip, self.clip)
+
+    def step(
+        self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
+    ) -> tuple[Array, ...]:
+        """The new state from the state and this step's X·Wᵀ + Wb ([B, gates·H])."""
+        raise NotImplementedError
+
+
+class RNNOp(Recurrent):
+    """Ht = f(Xt·Wᵀ + Ht-1·Rᵀ + Wb + Rb)."""
+
+    gates = 1
+    default_activations = ("Tanh",)
+
+    def step(
+        self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
+    ) -> tuple[Array, ...]:
+        (h,) = state
+        (f,) = weights.activations
+        return (f(xp, self.clipped(xp, projected + h @ weights.recurrence + weights.bias)),)
+
+
+class GRUOp(Recurrent):
+    """Gates z, r, h; `linear_before_reset` (opset 3 on) applies r after the recurrence."""
+
+    gates = 3
+    default_activations = ("Sigmoid", "Tanh")
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.linear_before_reset = node.opset >= 3 and bool(node.attr("linear_before_reset", 0))
+
+    def step(
+        self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
+    ) -> tuple[Array, ...]:
+        (h,) = state
+        f, g = weights.activations
+        size = h.shape[1]
+        recurrence, bias = weights.recurrence, weights.bias
+        zr = projected[:, : 2 * size] + h @ recurrence[:, : 2 * size] + bias[: 2 * size]
+        zr = f(xp, self.clipped(xp, zr))
+        z, r = zr[:, :size], zr[:, size:]
+        if self.linear_before_reset:
+            hidden = r * (h @ recurrence[:, 2 * size :] + bias[2 * size :])
+        else:
+            hidden = (r * h) @ recurrence[:, 2 * size :] + bias[2 * size :]
+        candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
+        return ((1.0 - z) * candidate + z * h,)
+
+
+class LSTMOp(Recurrent):
+    """Gates i, o, f, c with optional peepholes P (i, o, f); `input_forget` couples f = 1 - i."""
+
+    gates = 4
+    default_activations = ("Sigmoid", "Tanh", "Tanh")
+    states = 2
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.input_forget = bool(node.attr("input_forget", 0))
+
+    def step(
+        self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
+    ) -> tuple[Array, ...]:
+        h, c = state
+        f, g, activation_h = weights.activations
+        size = h.shape[1]
+        gates = projected + h @ weights.recurrence + weights.bias
+        i, o, forget, cell = (gates[:, k * size : (k + 1) * size] for k in range(4))
+        p = weights.peepholes
+        if p is not None:
+            i = i + p[:size] * c
+            forget = forget + p[2 * size :] * c
+        i = f(xp, self.clipped(xp, i))
+        forget = 1.0 - i if self.input_forget else f(xp, self.clipped(xp, forget))
+        c = forget * c + i * g(xp, self.clipped(xp, cell))
+        if p is not None:
+            o = o + p[size : 2 * size] * c
+        o = f(xp, self.clipped(xp, o))
+        return o * activation_h(xp, c), c
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("RNN", 1, RNNOp),
+    OpDef("GRU", 1, GRUOp),
+    OpDef("LSTM", 1, LSTMOp),
+)
