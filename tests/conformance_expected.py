@@ -4,7 +4,7 @@ tests/test_conformance.py marks these xfail through the suite's own mechanism (u
 expectedFailure), so a listed case that starts passing fails the run until it is taken off
 this list. Shrink it; never grow it silently.
 
-With onnx 1.23.2: 1,420 of 2,033 cases pass on the NumPy backend; 613 are listed here.
+With onnx 1.23.2: 1,512 of 2,033 cases pass on the NumPy backend; 521 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
@@ -143,24 +143,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_bernoulli_double",
         "test_bernoulli_seed",
     ),
-    # 10 case(s)
-    "operator not implemented yet (issue 4): BitCast": (
-        "test_bitcast_2d_float32_to_int32",
-        "test_bitcast_bool_to_uint8",
-        "test_bitcast_float32_to_int32",
-        "test_bitcast_float64_to_int64",
-        "test_bitcast_int32_to_float32",
-        "test_bitcast_int64_to_float64",
-        "test_bitcast_int8_to_uint8",
-        "test_bitcast_scalar_float32_to_int32",
-        "test_bitcast_uint16_to_int16",
-        "test_bitcast_uint32_to_int32",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): BlackmanWindow": (
-        "test_blackmanwindow",
-        "test_blackmanwindow_symmetric",
-    ),
     # 13 case(s)
     "operator not implemented yet (issue 4): CausalConvWithState": (
         "test_causal_conv_with_state_b1_c1_degenerate",
@@ -194,14 +176,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_col2im_pads",
         "test_col2im_strides",
     ),
-    # 5 case(s)
-    "operator not implemented yet (issue 4): Compress": (
-        "test_compress_0",
-        "test_compress_1",
-        "test_compress_bfloat16",
-        "test_compress_default_axis",
-        "test_compress_negative_axis",
-    ),
     # 2 case(s)
     "operator not implemented yet (issue 4): ConcatFromSequence, SequenceConstruct": (
         "test_sequence_model4",
@@ -211,43 +185,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
     "operator not implemented yet (issue 4): ConvInteger": (
         "test_convinteger_with_padding",
         "test_convinteger_without_padding",
-    ),
-    # 9 case(s)
-    "operator not implemented yet (issue 4): CumProd": (
-        "test_cumprod_1d",
-        "test_cumprod_1d_exclusive",
-        "test_cumprod_1d_int32_exclusive",
-        "test_cumprod_1d_reverse",
-        "test_cumprod_1d_reverse_exclusive",
-        "test_cumprod_2d_axis_0",
-        "test_cumprod_2d_axis_1",
-        "test_cumprod_2d_int32",
-        "test_cumprod_2d_negative_axis",
-    ),
-    # 9 case(s)
-    "operator not implemented yet (issue 4): CumSum": (
-        "test_cumsum_1d",
-        "test_cumsum_1d_exclusive",
-        "test_cumsum_1d_int32_exclusive",
-        "test_cumsum_1d_reverse",
-        "test_cumsum_1d_reverse_exclusive",
-        "test_cumsum_2d_axis_0",
-        "test_cumsum_2d_axis_1",
-        "test_cumsum_2d_int32",
-        "test_cumsum_2d_negative_axis",
-    ),
-    # 10 case(s)
-    "operator not implemented yet (issue 4): DFT": (
-        "test_dft",
-        "test_dft_axis",
-        "test_dft_axis_opset19",
-        "test_dft_inverse",
-        "test_dft_inverse_opset19",
-        "test_dft_irfft",
-        "test_dft_irfft_opset19",
-        "test_dft_opset19",
-        "test_dft_rfft",
-        "test_dft_rfft_opset19",
     ),
     # 4 case(s)
     "operator not implemented yet (issue 4): DeformConv": (
@@ -278,28 +215,11 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_dequantizelinear_uint2",
         "test_dequantizelinear_uint4",
     ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): Det": (
-        "test_det_2d",
-        "test_det_nd",
-    ),
     # 3 case(s)
     "operator not implemented yet (issue 4): DynamicQuantizeLinear": (
         "test_dynamicquantizelinear",
         "test_dynamicquantizelinear_max_adjusted",
         "test_dynamicquantizelinear_min_adjusted",
-    ),
-    # 9 case(s)
-    "operator not implemented yet (issue 4): Einsum": (
-        "test_einsum_batch_diagonal",
-        "test_einsum_batch_matmul",
-        "test_einsum_batch_matmul_bfloat16",
-        "test_einsum_inner_prod",
-        "test_einsum_scalar",
-        "test_einsum_sum",
-        "test_einsum_sum_bfloat16",
-        "test_einsum_transpose",
-        "test_einsum_transpose_bfloat16",
     ),
     # 18 case(s)
     "operator not implemented yet (issue 4): GridSample": (
@@ -321,16 +241,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_gridsample_volumetric_nearest_align_corners_0",
         "test_gridsample_volumetric_nearest_align_corners_1",
         "test_gridsample_zeros_padding",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): HammingWindow": (
-        "test_hammingwindow",
-        "test_hammingwindow_symmetric",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): HannWindow": (
-        "test_hannwindow",
-        "test_hannwindow_symmetric",
     ),
     # 2 case(s)
     "operator not implemented yet (issue 4): If": (
@@ -387,10 +297,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_maxunpool_export_with_output_shape",
         "test_maxunpool_export_without_output_shape",
     ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): MeanVarianceNormalization": ("test_mvn",),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): MelWeightMatrix": ("test_melweightmatrix",),
     # 52 case(s)
     "operator not implemented yet (issue 4): NegativeLogLikelihoodLoss": (
         "test_nllloss_NC",
@@ -446,21 +352,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_sce_sum_expanded",
         "test_sce_sum_log_prob_expanded",
     ),
-    # 10 case(s)
-    "operator not implemented yet (issue 4): NonMaxSuppression": (
-        "test_nonmaxsuppression_center_point_box_format",
-        "test_nonmaxsuppression_flipped_coordinates",
-        "test_nonmaxsuppression_identical_boxes",
-        "test_nonmaxsuppression_iou_threshold_boundary",
-        "test_nonmaxsuppression_limit_output_size",
-        "test_nonmaxsuppression_single_box",
-        "test_nonmaxsuppression_suppress_by_IOU",
-        "test_nonmaxsuppression_suppress_by_IOU_and_scores",
-        "test_nonmaxsuppression_two_batches",
-        "test_nonmaxsuppression_two_classes",
-    ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): NonZero": ("test_nonzero_example",),
     # 4 case(s)
     "operator not implemented yet (issue 4): OptionalGetElement": (
         "test_optional_get_element_optional_sequence",
@@ -609,11 +500,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_rotary_embedding_with_interleaved_rotary_dim",
         "test_rotary_embedding_with_rotary_dim",
     ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): STFT": (
-        "test_stft",
-        "test_stft_with_window",
-    ),
     # 1 case(s)
     "operator not implemented yet (issue 4): SequenceAt, SequenceConstruct, SequenceErase": (
         "test_sequence_model2",
@@ -744,12 +630,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_swiglu_float16_expanded",
         "test_swish",
     ),
-    # 3 case(s)
-    "operator not implemented yet (issue 4): TensorScatter": (
-        "test_tensorscatter",
-        "test_tensorscatter_3d",
-        "test_tensorscatter_circular",
-    ),
     # 7 case(s)
     "operator not implemented yet (issue 4): TfIdfVectorizer": (
         "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
@@ -759,16 +639,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_tfidfvectorizer_tf_onlybigrams_levelempty",
         "test_tfidfvectorizer_tf_onlybigrams_skip5",
         "test_tfidfvectorizer_tf_uniandbigrams_skip5",
-    ),
-    # 7 case(s)
-    "operator not implemented yet (issue 4): TopK": (
-        "test_top_k",
-        "test_top_k_negative_axis",
-        "test_top_k_same_values",
-        "test_top_k_same_values_2d",
-        "test_top_k_same_values_largest",
-        "test_top_k_smallest",
-        "test_top_k_uint64",
     ),
     # 18 case(s)
     "operator not implemented yet (issue 4): Trilu": (
@@ -790,16 +660,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_triu_square",
         "test_triu_square_neg",
         "test_triu_zero",
-    ),
-    # 7 case(s)
-    "operator not implemented yet (issue 4): Unique": (
-        "test_unique_bfloat16_sorted_without_axis",
-        "test_unique_length_1",
-        "test_unique_not_sorted_without_axis",
-        "test_unique_sorted_with_axis",
-        "test_unique_sorted_with_axis_3d",
-        "test_unique_sorted_with_negative_axis",
-        "test_unique_sorted_without_axis",
     ),
     # 1 case(s)
     "operator not implemented yet (issue 4): Upsample": ("test_upsample_nearest",),

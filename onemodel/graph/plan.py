@@ -128,7 +128,9 @@ class ExecutionPlan:
         if any(i != ABSENT and self.specs[i] is None for i in ins):
             self._schedule(StepKind.DYNAMIC, node, None)
             return
-        all_constant = all(i == ABSENT or self.constants[i] is not None for i in ins)
+        all_constant = operator.deterministic and all(
+            i == ABSENT or self.constants[i] is not None for i in ins
+        )
         if operator.outputs_data_dependent:
             if all_constant:
                 self._fold(node, self._run_data_dependent(node))

@@ -14,7 +14,8 @@ attributes fixed and nothing else, and is shared by every plan and every concurr
   An operator with `outputs_data_dependent` gets `outputs=None` and returns new arrays.
 - Flags: `supports_exact`, `in_place_input` (output 0 may take that input's memory: `run`
   must then be correct when they are the same array), `view_of_input` (output 0 is that input
-  reshaped as `infer` said; `run` is never called), `outputs_data_dependent`.
+  reshaped as `infer` said; `run` is never called), `outputs_data_dependent`, and
+  `deterministic` (False for random generators: never folded into a constant at plan time).
 
 Arrays are those of the session's backend (`ctx.xp`: numpy or cupy); operators never import
 either for computing. Shapes and small constant inputs (`InferContext.constant`) are host NumPy.
@@ -218,6 +219,9 @@ class Operator:
     in_place_input: ClassVar[int | None] = None
     view_of_input: ClassVar[int | None] = None
     outputs_data_dependent: ClassVar[bool] = False
+    # False for random generators: a node is never folded into a constant at plan time, even
+    # when all its inputs are constants, since each run must draw anew.
+    deterministic: ClassVar[bool] = True
 
     def __init__(self, node: NodeInfo) -> None:
         self.node = node

@@ -1,5 +1,313 @@
-"""(being written)"""
+"""Signal processing: DFT and STFT, the Hann, Hamming and Blackman windows, and
+MelWeightMatrix.
 
-from onemodel.graph.operators.base import OpDef
+Complex values are pairs on a last axis of extent 2 (a real signal has extent 1 there). The
+transforms run in the input's precision (complex64 for float32, float16 and bfloat16 going
+through float32; complex128 for double), as the reference implementation does: its expected
+values carry float32 rounding, which a double-precision transform would not reproduce near
+zero.
 
-DEFS: tuple[OpDef, ...] = ()
+Windows and the mel matrix depend only on their (scalar) inputs: they are computed on the host
+when those are known and returned as constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.graph.operators.axes import INDEX_TYPES
+from onemodel.graph.operators.base import (
+    Array,
+    Constant,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.graph.operators.unary import FLOATS, NUMERIC, widened
+from onemodel.tensors import numpy_dtype_for_onnx
+
+
+def _scalar(ctx: InferContext, index: int) -> Any:
+    """A scalar input's value (a 0-D or 1-element tensor) as a NumPy scalar."""
+    value = ctx.value(index)
+    if value.size != 1:
+        raise ctx.node.bad_input(
+            f"{ctx.node.op_type} input {index} must be a scalar, got shape {list(value.shape)}",
+            ctx.node.inputs[index],
+        )
+    return value.reshape(-1)[0]
+
+
+class SpectralOp(Operator):
+    """Shared by DFT and STFT: signals as complex arrays, and spectra written as pairs."""
+
+    @staticmethod
+    def signal(xp: Any, x: Array) -> Array:
+        """The values of x [..., 1 or 2] as a real or complex array of x's precision."""
+        x = widened(xp, x)
+        if x.shape[-1] == 1:
+            return x[..., 0]
+        return xp.ascontiguousarray(x).view(xp.result_type(x.dtype, xp.complex64))[..., 0]
+
+    @staticmethod
+    def write_pairs(spectrum: Array, out: Array) -> None:
+        out[..., 0] = spectrum.real
+        out[..., 1] = spectrum.imag
+
+
+class DFTOp(SpectralOp):
+    """The discrete Fourier transform along one signal axis, zero-padded or cut to
+    `dft_length`. onesided = 1 gives half a spectrum of a real signal (forward) or a real
+    signal from half a spectrum (inverse). The axis is an attribute (default 1) before opset
+    20 and an input (default -2) from 20 on."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.inverse = bool(node.attr("inverse", 0))
+        self.onesided = bool(node.attr("onesided", 0))
+        self.axis_attribute = int(node.attr("axis", 1)) if node.opset < 20 else None
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, FLOATS, 0)
+        self.check_types(ctx, INDEX_TYPES, 1, 2)
+        shape = ctx.shape(0)
+        axis = self._axis(shape, self._given_axis(ctx))
+        length = int(_scalar(ctx, 1)) if ctx.has(1) else self._default_length(shape, axis)
+        if length < 1:
+            raise self.node.bad_input(
+                f"DFT dft_length must be positive, got {length}", self.node.inputs[1]
+            )
+        result = list(shape)
+        result[axis] = length // 2 + 1 if self.onesided and not self.inverse else length
+        result[-1] = 1 if self.onesided and self.inverse else 2
+        return [ctx.output(ctx.dtype(0), result)]
+
+    def _given_axis(self, ctx: InferContext) -> int:
+        if self.axis_attribute is not None:
+            return self.axis_attribute
+        return int(_scalar(ctx, 2)) if ctx.has(2) else -2
+
+    def _axis(self, shape: tuple[int, ...], axis: int) -> int:
+        """The signal axis in [0, rank - 2], after checking the last axis holds 1 or 2 parts
+        as onesided needs."""
+        rank = len(shape)
+        wanted = {1, 2} if not self.onesided else {2} if self.inverse else {1}
+        if rank < 2 or shape[-1] not in wanted:
+            raise self.node.bad_input(
+                f"DFT (inverse={int(self.inverse)}, onesided={int(self.onesided)}) needs a "
+                f"last axis of extent {' or '.join(map(str, sorted(wanted)))}, got input shape "
+                f"{list(shape)}",
+                self.node.inputs[0],
+            )
+        if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
+            raise self.node.bad_input(
+                f"DFT axis {axis} is outside [{-rank}, -2] and [0, {rank - 2}] for input "
+                f"shape {list(shape)}",
+                self.node.inputs[0],
+            )
+        return axis % rank
+
+    def _default_length(self, shape: tuple[int, ...], axis: int) -> int:
+        if self.onesided and self.inverse:
+            return 2 * (shape[axis] - 1)
+        return shape[axis]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        xp, x, out = ctx.xp, inputs[0], outputs[0]
+        if self.axis_attribute is not None:
+            given = self.axis_attribute
+        elif len(inputs) > 2 and inputs[2] is not None:
+            given = int(ctx.kernels.memory.to_host(inputs[2]).reshape(-1)[0])
+        else:
+            given = -2
+        axis = self._axis(x.shape, given)
+        signal = self.signal(xp, x)
+        if self.onesided and self.inverse:
+            out[..., 0] = xp.fft.irfft(signal, n=out.shape[axis], axis=axis)
+            return
+        length = (
+            int(ctx.kernels.memory.to_host(inputs[1]).reshape(-1)[0])
+            if len(inputs) > 1 and inputs[1] is not None
+            else x.shape[axis]
+        )
+        transform = xp.fft.ifft if self.inverse else xp.fft.fft
+        spectrum = transform(signal, n=length, axis=axis)
+        if self.onesided:
+            spectrum = spectrum[(slice(None),) * axis + (slice(0, out.shape[axis]),)]
+        self.write_pairs(spectrum, out)
+
+
+class STFTOp(SpectralOp):
+    """Short-time Fourier transform of signals [batch, length, 1 or 2]: frames of
+    `frame_length` every `frame_step` samples, times the window, transformed: [batch, frames,
+    bins, 2]. onesided (default 1) keeps frame_length // 2 + 1 bins and needs a real signal."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.onesided = bool(node.attr("onesided", 1))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, FLOATS, 0, 2)
+        self.check_types(ctx, INDEX_TYPES, 1, 3)
+        shape = ctx.shape(0)
+        if len(shape) != 3 or shape[2] not in (1, 2) or (self.onesided and shape[2] != 1):
+            raise self.node.bad_input(
+                f"STFT needs a signal [batch, length, 1] (or [.., 2] when onesided = 0), got "
+                f"{list(shape)}",
+                self.node.inputs[0],
+            )
+        if ctx.has(2) and ctx.dtype(2) != ctx.dtype(0):
+            raise self.node.invalid(
+                "STFT needs a window of the signal's element type", self.node.inputs[2]
+            )
+        step = int(_scalar(ctx, 1))
+        length = self._frame_length(ctx, shape)
+        if step < 1 or not 1 <= length <= shape[1]:
+            raise self.node.bad_input(
+                f"STFT needs frame_step >= 1 and 1 <= frame_length <= {shape[1]}, got "
+                f"{step} and {length}",
+                self.node.inputs[1],
+            )
+        frames = (shape[1] - length) // step + 1
+        bins = length // 2 + 1 if self.onesided else length
+        return [ctx.output(ctx.dtype(0), (shape[0], frames, bins, 2))]
+
+    def _frame_length(self, ctx: InferContext, shape: tuple[int, ...]) -> int:
+        window = ctx.shape(2) if ctx.has(2) else None
+        if window is not None and len(window) != 1:
+            raise self.node.bad_input(
+                f"STFT needs a 1-D window, got shape {list(window)}", self.node.inputs[2]
+            )
+        if ctx.has(3):
+            length = int(_scalar(ctx, 3))
+            if window is not None and window[0] != length:
+                raise self.node.bad_input(
+                    f"STFT window of length {window[0]} does not match frame_length {length}",
+                    self.node.inputs[2],
+                )
+            return length
+        return window[0] if window is not None else shape[1]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        xp, out = ctx.xp, outputs[0]
+        signal, window = self.signal(xp, inputs[0]), inputs[2] if len(inputs) > 2 else None
+        step = int(ctx.kernels.memory.to_host(inputs[1]).reshape(-1)[0])
+        frames = out.shape[1]
+        if window is not None:
+            length = window.shape[0]
+        elif len(inputs) > 3 and inputs[3] is not None:
+            length = int(ctx.kernels.memory.to_host(inputs[3]).reshape(-1)[0])
+        else:
+            length = signal.shape[1]
+        starts = xp.arange(frames)[:, None] * step
+        pieces = signal[:, starts + xp.arange(length)[None, :]]
+        if window is not None:
+            pieces = pieces * widened(xp, window).astype(signal.real.dtype, copy=False)
+        spectrum = xp.fft.fft(pieces, axis=-1)
+        self.write_pairs(spectrum[..., : out.shape[2]], out)
+
+
+class WindowOp(Operator):
+    """A generalized cosine window a0 - a1 cos(2πn/N) + a2 cos(4πn/N), N the size when
+    `periodic` and size - 1 otherwise (a window of one sample is [1]), in `output_datatype`."""
+
+    coefficients: ClassVar[tuple[float, float, float]]
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.periodic = bool(node.attr("periodic", 1))
+        self.dtype = int(node.attr("output_datatype", 1))
+        if self.dtype not in NUMERIC:
+            raise node.invalid(f"{node.op_type} output_datatype {self.dtype} is not numeric")
+
+    def infer(self, ctx: InferContext) -> list[Constant]:
+        self.check_types(ctx, INDEX_TYPES, 0)
+        size = int(_scalar(ctx, 0))
+        if size < 0:
+            raise self.node.bad_input(
+                f"{self.node.op_type} size must not be negative, got {size}", self.node.inputs[0]
+            )
+        ctx.output(self.dtype, (size,))
+        period = size if self.periodic else size - 1
+        phase = 2 * np.pi * np.arange(size, dtype=np.float64) / max(period, 1)
+        a0, a1, a2 = self.coefficients
+        window = a0 - a1 * np.cos(phase) + a2 * np.cos(2 * phase) if period else np.ones(size)
+        return [Constant(window.astype(numpy_dtype_for_onnx(self.dtype)))]
+
+
+class HannWindowOp(WindowOp):
+    coefficients = (0.5, 0.5, 0.0)
+
+
+class HammingWindowOp(WindowOp):
+    coefficients = (25 / 46, 21 / 46, 0.0)
+
+
+class BlackmanWindowOp(WindowOp):
+    coefficients = (0.42, 0.5, 0.08)
+
+
+class MelWeightMatrixOp(Operator):
+    """Triangular filters [dft_length // 2 + 1, num_mel_bins] with peaks of 1, evenly spaced
+    on the mel scale mel(f) = 2595 log10(1 + f / 700) between the edge frequencies. The bin
+    edges are computed as onnxruntime and the reference do (mel step = range / (bins + 2))."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.dtype = int(node.attr("output_datatype", 1))
+        if self.dtype not in NUMERIC:
+            raise node.invalid(f"MelWeightMatrix output_datatype {self.dtype} is not numeric")
+
+    def infer(self, ctx: InferContext) -> list[Constant]:
+        self.check_types(ctx, INDEX_TYPES, 0, 1, 2)
+        self.check_types(ctx, FLOATS, 3, 4)
+        bins, length, rate = (int(_scalar(ctx, i)) for i in range(3))
+        low, high = (widened(np, _scalar(ctx, i)) for i in (3, 4))
+        if bins < 1 or length < 1 or rate < 1 or not 0 <= low < high:
+            raise self.node.bad_input(
+                "MelWeightMatrix needs positive num_mel_bins, dft_length and sample_rate and "
+                f"0 <= lower_edge_hertz < upper_edge_hertz, got {bins}, {length}, {rate}, "
+                f"{low}, {high}",
+                self.node.inputs[0],
+            )
+        spectrum = length // 2 + 1
+        ctx.output(self.dtype, (spectrum, bins))
+        edges = self._edges(bins, length, rate, low, high)
+        if edges.min() < 0 or edges.max() >= spectrum:
+            raise self.node.bad_input(
+                f"MelWeightMatrix edges {edges.tolist()} fall outside the {spectrum} bins of a "
+                f"DFT of length {length}: upper_edge_hertz must be at most sample_rate / 2",
+                self.node.inputs[4],
+            )
+        matrix = np.zeros((spectrum, bins))
+        for i, (left, center, right) in enumerate(zip(edges, edges[1:], edges[2:], strict=False)):
+            rising = np.arange(left, center + 1)
+            matrix[rising, i] = (rising - left) / (center - left) if center > left else 1.0
+            falling = np.arange(center, right)
+            matrix[falling, i] = (right - falling) / (right - center)
+        return [Constant(matrix.astype(numpy_dtype_for_onnx(self.dtype)))]
+
+    @staticmethod
+    def _edges(bins: int, length: int, rate: int, low: Any, high: Any) -> np.ndarray:
+        """The DFT bin of every filter edge (bins + 2 of them)."""
+        low_mel = 2595 * np.log1p(low / 700) / np.log(10)
+        high_mel = 2595 * np.log1p(high / 700) / np.log(10)
+        mels = np.arange(bins + 2) * ((high_mel - low_mel) / (bins + 2)) + low_mel
+        hertz = 700 * np.expm1(mels / 2595 * np.log(10))
+        return (((length + 1) * hertz) // rate).astype(np.int64)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("DFT", 17, DFTOp),
+    OpDef("STFT", 17, STFTOp),
+    OpDef("HannWindow", 17, HannWindowOp),
+    OpDef("HammingWindow", 17, HammingWindowOp),
+    OpDef("BlackmanWindow", 17, BlackmanWindowOp),
+    OpDef("MelWeightMatrix", 17, MelWeightMatrixOp),
+)
