@@ -26,7 +26,14 @@ class OnemodelRep(BackendRep):
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         results = self.session.run(None, dict(zip(self.names, arrays, strict=False)))
-        return tuple(self.session.kernels.memory.to_host(r) for r in results)
+        return tuple(self._host(r) for r in results)
+
+    def _host(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, list):
+            return [self._host(element) for element in value]
+        return self.session.kernels.memory.to_host(value)
 
 
 class OnemodelBackend(Backend):

@@ -7,6 +7,7 @@ plans are shared, each run takes a RunState from its plan's pool.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,8 +22,7 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
-from onemodel.graph.operators.base import TensorSpec
-from onemodel.graph.plan import ExecutionPlan
+from onemodel.graph.plan import ExecutionPlan, signature_of
 from onemodel.tensors import numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
 
@@ -238,10 +238,32 @@ class Session:
             if meta.name not in feeds:
                 signature.append(None)
                 continue
-            array = self._converted(meta, feeds[meta.name])
-            signature.append(TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape)))
-            arrays[value_id] = array
+            value = self._value(meta, feeds[meta.name])
+            signature.append(signature_of(value))
+            arrays[value_id] = value
         return tuple(signature), arrays
+
+    def _value(self, meta: ValueMeta, value: Any) -> Any:
+        """A caller's value by its declared kind: sequences are lists, an empty optional None."""
+        kind = meta.contents if meta.kind == "optional" else meta.kind
+        if meta.kind == "optional" and value is None:
+            return None
+        if kind == "sequence":
+            if not isinstance(value, (list, tuple)):
+                raise SessionError(
+                    ErrorKind.INVALID_INPUT,
+                    f"expects a sequence (a list of arrays), got {type(value).__name__}",
+                    value=meta.name,
+                )
+            element = dataclasses.replace(meta, kind="tensor", dims=None)
+            return [self._converted(element, item) for item in value]
+        if value is None:
+            raise SessionError(
+                ErrorKind.INVALID_INPUT,
+                "None is only accepted for optional inputs",
+                value=meta.name,
+            )
+        return self._converted(meta, value)
 
     def _converted(self, meta: ValueMeta, value: Any) -> Any:
         xp = self.kernels.xp

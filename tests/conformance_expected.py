@@ -4,18 +4,13 @@ tests/test_conformance.py marks these xfail through the suite's own mechanism (u
 expectedFailure), so a listed case that starts passing fails the run until it is taken off
 this list. Shrink it; never grow it silently.
 
-With onnx 1.23.2: 1,677 of 2,033 cases pass on the NumPy backend; 356 are listed here.
+With onnx 1.23.2: 1,849 of 2,033 cases pass on the NumPy backend; 184 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
     # 1 case(s)
     "onnx's reference rounds each Softmax step to float16; ours rounds once (2 ulps apart, ours closer to exact)": (
         "test_attention_4d_causal_fp16_expanded",
-    ),
-    # 2 case(s)
-    "sequence and optional values are not supported yet (issue 4)": (
-        "test_identity_opt",
-        "test_identity_sequence",
     ),
     # 2 case(s)
     "string tensors are not supported yet (issue 4)": (
@@ -64,16 +59,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_col2im_pads",
         "test_col2im_strides",
     ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): ConcatFromSequence, SequenceConstruct": (
-        "test_sequence_model4",
-        "test_sequence_model5",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): ConvInteger": (
-        "test_convinteger_with_padding",
-        "test_convinteger_without_padding",
-    ),
     # 4 case(s)
     "operator not implemented yet (issue 4): DeformConv": (
         "test_basic_deform_conv_with_padding",
@@ -85,29 +70,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
     "operator not implemented yet (issue 4): DepthToSpace": (
         "test_depthtospace_crd_mode_example",
         "test_depthtospace_example",
-    ),
-    # 14 case(s)
-    "operator not implemented yet (issue 4): DequantizeLinear": (
-        "test_dequantizelinear",
-        "test_dequantizelinear_axis",
-        "test_dequantizelinear_blocked",
-        "test_dequantizelinear_e4m3fn",
-        "test_dequantizelinear_e4m3fn_float16",
-        "test_dequantizelinear_e4m3fn_zero_point",
-        "test_dequantizelinear_e5m2",
-        "test_dequantizelinear_float4e2m1",
-        "test_dequantizelinear_int16",
-        "test_dequantizelinear_int2",
-        "test_dequantizelinear_int4",
-        "test_dequantizelinear_uint16",
-        "test_dequantizelinear_uint2",
-        "test_dequantizelinear_uint4",
-    ),
-    # 3 case(s)
-    "operator not implemented yet (issue 4): DynamicQuantizeLinear": (
-        "test_dynamicquantizelinear",
-        "test_dynamicquantizelinear_max_adjusted",
-        "test_dynamicquantizelinear_min_adjusted",
     ),
     # 18 case(s)
     "operator not implemented yet (issue 4): GridSample": (
@@ -130,11 +92,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_gridsample_volumetric_nearest_align_corners_1",
         "test_gridsample_zeros_padding",
     ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): If": (
-        "test_if_opt",
-        "test_if_seq",
-    ),
     # 9 case(s)
     "operator not implemented yet (issue 4): ImageDecoder": (
         "test_image_decoder_decode_bmp_rgb",
@@ -147,130 +104,12 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_image_decoder_decode_tiff_rgb",
         "test_image_decoder_decode_webp_rgb",
     ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): Loop": (
-        "test_loop13_seq",
-        "test_loop16_seq_none",
-    ),
-    # 6 case(s)
-    "operator not implemented yet (issue 4): Loop, SequenceEmpty, SequenceLength": (
-        "test_sequence_map_add_1_sequence_1_tensor_expanded",
-        "test_sequence_map_add_2_sequences_expanded",
-        "test_sequence_map_extract_shapes_expanded",
-        "test_sequence_map_identity_1_sequence_1_tensor_expanded",
-        "test_sequence_map_identity_1_sequence_expanded",
-        "test_sequence_map_identity_2_sequences_expanded",
-    ),
     # 1 case(s)
-    "operator not implemented yet (issue 4): MatMulInteger": ("test_matmulinteger",),
+    "operator not implemented yet (issue 4): Loop": ("test_loop16_seq_none",),
     # 2 case(s)
     "operator not implemented yet (issue 4): MaxUnpool": (
         "test_maxunpool_export_with_output_shape",
         "test_maxunpool_export_without_output_shape",
-    ),
-    # 52 case(s)
-    "operator not implemented yet (issue 4): NegativeLogLikelihoodLoss": (
-        "test_nllloss_NC",
-        "test_nllloss_NCd1",
-        "test_nllloss_NCd1_ii",
-        "test_nllloss_NCd1_mean_weight_negative_ii",
-        "test_nllloss_NCd1_weight",
-        "test_nllloss_NCd1_weight_ii",
-        "test_nllloss_NCd1d2",
-        "test_nllloss_NCd1d2_no_weight_reduction_mean_ii",
-        "test_nllloss_NCd1d2_reduction_mean",
-        "test_nllloss_NCd1d2_reduction_sum",
-        "test_nllloss_NCd1d2_with_weight",
-        "test_nllloss_NCd1d2_with_weight_reduction_mean",
-        "test_nllloss_NCd1d2_with_weight_reduction_sum",
-        "test_nllloss_NCd1d2_with_weight_reduction_sum_ii",
-        "test_nllloss_NCd1d2d3_none_no_weight_negative_ii",
-        "test_nllloss_NCd1d2d3_sum_weight_high_ii",
-        "test_nllloss_NCd1d2d3d4d5_mean_weight",
-        "test_nllloss_NCd1d2d3d4d5_none_no_weight",
-        "test_sce_NCd1_mean_weight_negative_ii_expanded",
-        "test_sce_NCd1_mean_weight_negative_ii_log_prob_expanded",
-        "test_sce_NCd1d2d3_none_no_weight_negative_ii_expanded",
-        "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob_expanded",
-        "test_sce_NCd1d2d3_sum_weight_high_ii_expanded",
-        "test_sce_NCd1d2d3_sum_weight_high_ii_log_prob_expanded",
-        "test_sce_NCd1d2d3d4d5_mean_weight_expanded",
-        "test_sce_NCd1d2d3d4d5_mean_weight_log_prob_expanded",
-        "test_sce_NCd1d2d3d4d5_none_no_weight_expanded",
-        "test_sce_NCd1d2d3d4d5_none_no_weight_log_prob_expanded",
-        "test_sce_mean_3d_expanded",
-        "test_sce_mean_3d_log_prob_expanded",
-        "test_sce_mean_expanded",
-        "test_sce_mean_log_prob_expanded",
-        "test_sce_mean_no_weight_ii_3d_expanded",
-        "test_sce_mean_no_weight_ii_3d_log_prob_expanded",
-        "test_sce_mean_no_weight_ii_4d_expanded",
-        "test_sce_mean_no_weight_ii_4d_log_prob_expanded",
-        "test_sce_mean_no_weight_ii_expanded",
-        "test_sce_mean_no_weight_ii_log_prob_expanded",
-        "test_sce_mean_weight_expanded",
-        "test_sce_mean_weight_ii_3d_expanded",
-        "test_sce_mean_weight_ii_3d_log_prob_expanded",
-        "test_sce_mean_weight_ii_4d_expanded",
-        "test_sce_mean_weight_ii_4d_log_prob_expanded",
-        "test_sce_mean_weight_ii_expanded",
-        "test_sce_mean_weight_ii_log_prob_expanded",
-        "test_sce_mean_weight_log_prob_expanded",
-        "test_sce_none_expanded",
-        "test_sce_none_log_prob_expanded",
-        "test_sce_none_weights_expanded",
-        "test_sce_none_weights_log_prob_expanded",
-        "test_sce_sum_expanded",
-        "test_sce_sum_log_prob_expanded",
-    ),
-    # 4 case(s)
-    "operator not implemented yet (issue 4): OptionalGetElement": (
-        "test_optional_get_element_optional_sequence",
-        "test_optional_get_element_optional_tensor",
-        "test_optional_get_element_sequence",
-        "test_optional_get_element_tensor",
-    ),
-    # 7 case(s)
-    "operator not implemented yet (issue 4): OptionalHasElement": (
-        "test_optional_has_element_empty_no_input_name_optional_input",
-        "test_optional_has_element_empty_no_input_name_tensor_input",
-        "test_optional_has_element_empty_no_input_optional_input",
-        "test_optional_has_element_empty_no_input_tensor_input",
-        "test_optional_has_element_empty_optional_input",
-        "test_optional_has_element_optional_input",
-        "test_optional_has_element_tensor_input",
-    ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): QLinearConv": ("test_qlinearconv",),
-    # 8 case(s)
-    "operator not implemented yet (issue 4): QLinearMatMul": (
-        "test_qlinearmatmul_2D_int8_float16",
-        "test_qlinearmatmul_2D_int8_float32",
-        "test_qlinearmatmul_2D_uint8_float16",
-        "test_qlinearmatmul_2D_uint8_float32",
-        "test_qlinearmatmul_3D_int8_float16",
-        "test_qlinearmatmul_3D_int8_float32",
-        "test_qlinearmatmul_3D_uint8_float16",
-        "test_qlinearmatmul_3D_uint8_float32",
-    ),
-    # 16 case(s)
-    "operator not implemented yet (issue 4): QuantizeLinear": (
-        "test_dynamicquantizelinear_expanded",
-        "test_dynamicquantizelinear_max_adjusted_expanded",
-        "test_dynamicquantizelinear_min_adjusted_expanded",
-        "test_quantizelinear",
-        "test_quantizelinear_axis",
-        "test_quantizelinear_blocked_asymmetric",
-        "test_quantizelinear_blocked_symmetric",
-        "test_quantizelinear_e4m3fn",
-        "test_quantizelinear_e5m2",
-        "test_quantizelinear_float4e2m1",
-        "test_quantizelinear_int16",
-        "test_quantizelinear_int2",
-        "test_quantizelinear_int4",
-        "test_quantizelinear_uint16",
-        "test_quantizelinear_uint2",
-        "test_quantizelinear_uint4",
     ),
     # 3 case(s)
     "operator not implemented yet (issue 4): RandomUniformLike": (
@@ -338,90 +177,12 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_roialign_aligned_true",
         "test_roialign_mode_max",
     ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): SequenceAt, SequenceConstruct, SequenceErase": (
-        "test_sequence_model2",
-    ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): SequenceAt, SequenceConstruct, SequenceErase, SequenceInsert": (
-        "test_sequence_model3",
-    ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): SequenceAt, SequenceEmpty, SequenceInsert": (
-        "test_sequence_model1",
-    ),
-    # 1 case(s)
-    "operator not implemented yet (issue 4): SequenceAt, SplitToSequence": (
-        "test_sequence_model7",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): SequenceInsert": (
-        "test_sequence_insert_at_back",
-        "test_sequence_insert_at_front",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): SequenceLength, SplitToSequence": (
-        "test_sequence_model6",
-        "test_sequence_model8",
-    ),
-    # 6 case(s)
-    "operator not implemented yet (issue 4): SequenceMap": (
-        "test_sequence_map_add_1_sequence_1_tensor",
-        "test_sequence_map_add_2_sequences",
-        "test_sequence_map_extract_shapes",
-        "test_sequence_map_identity_1_sequence",
-        "test_sequence_map_identity_1_sequence_1_tensor",
-        "test_sequence_map_identity_2_sequences",
-    ),
-    # 34 case(s)
-    "operator not implemented yet (issue 4): SoftmaxCrossEntropyLoss": (
-        "test_sce_NCd1_mean_weight_negative_ii",
-        "test_sce_NCd1_mean_weight_negative_ii_log_prob",
-        "test_sce_NCd1d2d3_none_no_weight_negative_ii",
-        "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob",
-        "test_sce_NCd1d2d3_sum_weight_high_ii",
-        "test_sce_NCd1d2d3_sum_weight_high_ii_log_prob",
-        "test_sce_NCd1d2d3d4d5_mean_weight",
-        "test_sce_NCd1d2d3d4d5_mean_weight_log_prob",
-        "test_sce_NCd1d2d3d4d5_none_no_weight",
-        "test_sce_NCd1d2d3d4d5_none_no_weight_log_prob",
-        "test_sce_mean",
-        "test_sce_mean_3d",
-        "test_sce_mean_3d_log_prob",
-        "test_sce_mean_log_prob",
-        "test_sce_mean_no_weight_ii",
-        "test_sce_mean_no_weight_ii_3d",
-        "test_sce_mean_no_weight_ii_3d_log_prob",
-        "test_sce_mean_no_weight_ii_4d",
-        "test_sce_mean_no_weight_ii_4d_log_prob",
-        "test_sce_mean_no_weight_ii_log_prob",
-        "test_sce_mean_weight",
-        "test_sce_mean_weight_ii",
-        "test_sce_mean_weight_ii_3d",
-        "test_sce_mean_weight_ii_3d_log_prob",
-        "test_sce_mean_weight_ii_4d",
-        "test_sce_mean_weight_ii_4d_log_prob",
-        "test_sce_mean_weight_ii_log_prob",
-        "test_sce_mean_weight_log_prob",
-        "test_sce_none",
-        "test_sce_none_log_prob",
-        "test_sce_none_weights",
-        "test_sce_none_weights_log_prob",
-        "test_sce_sum",
-        "test_sce_sum_log_prob",
-    ),
     # 4 case(s)
     "operator not implemented yet (issue 4): SpaceToDepth": (
         "test_spacetodepth",
         "test_spacetodepth_crd_mode_example",
         "test_spacetodepth_dcr_mode_example",
         "test_spacetodepth_example",
-    ),
-    # 3 case(s)
-    "operator not implemented yet (issue 4): SplitToSequence": (
-        "test_split_to_sequence_1",
-        "test_split_to_sequence_2",
-        "test_split_to_sequence_nokeepdims",
     ),
     # 5 case(s)
     "operator not implemented yet (issue 4): StringConcat": (

@@ -316,15 +316,20 @@ def test_a_warm_run_allocates_no_array_data_besides_its_outputs(model, feeds, la
     assert peak - before < allowed
 
 
-def test_sequence_inputs_are_refused_clearly_at_creation():
+def test_sequences_are_lists_in_and_out():
     seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
     out = helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, None)
     model = helper.make_model(
         helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "g", [seq], [out])
     )
-    with pytest.raises(SessionError, match="sequence values are not supported yet") as error:
-        session_for(model)
-    assert error.value.kind is ErrorKind.UNSUPPORTED
+    session = session_for(model)
+    values = [np.ones(2, np.float32), np.zeros((1, 3), np.float32)]
+    (result,) = session.run(None, {"s": values})
+    assert [r.tolist() for r in result] == [v.tolist() for v in values]
+    assert all(r is not v for r, v in zip(result, values, strict=True))
+    with pytest.raises(SessionError, match="expects a sequence") as error:
+        session.run(None, {"s": values[0]})
+    assert error.value.kind is ErrorKind.INVALID_INPUT
 
 
 def test_dynamic_steps_are_shaped_in_every_run_and_outputs_stay_the_callers():

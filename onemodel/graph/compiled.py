@@ -26,9 +26,10 @@ class ValueMeta:
     """A graph input or output as callers see it: name, declared type and dims, kind."""
 
     name: str
-    elem_type: int | None
+    elem_type: int | None  # of the tensors inside, for sequences and optionals
     dims: tuple[ir.Dim, ...] | None
-    kind: str = "tensor"
+    kind: str = "tensor"  # tensor, sequence, optional or unknown
+    contents: str | None = None  # what an optional holds: tensor or sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +67,6 @@ class CompiledGraph:
         self.inputs = [_meta(info) for info in graph.inputs]
         self.input_ids = [self.value_id(info.name) for info in graph.inputs]
         self.outputs = [_meta(info) for info in graph.outputs]
-        for meta in (*self.inputs, *self.outputs):
-            if meta.kind in ("sequence", "optional"):
-                raise SessionError(
-                    ErrorKind.UNSUPPORTED,
-                    f"{meta.kind} values are not supported yet as graph inputs or outputs",
-                    value=meta.name,
-                )
         self.output_ids = [self.value_id(info.name) for info in graph.outputs]
         used = {i for node in self.nodes for i in node.inputs} | set(self.output_ids)
         self.weights: dict[int, Any] = {}
@@ -149,7 +143,15 @@ class CompiledGraph:
 
 
 def _meta(info: ir.ValueInfo) -> ValueMeta:
-    return ValueMeta(info.name, info.type.elem_type, info.type.dims, info.type.kind)
+    """Sequences and optionals are described by the tensor type inside them."""
+    value_type = info.type
+    contents = None
+    if value_type.kind == "optional" and value_type.element is not None:
+        contents = value_type.element.kind
+    inner = value_type
+    while inner.kind in ("sequence", "optional") and inner.element is not None:
+        inner = inner.element
+    return ValueMeta(info.name, inner.elem_type, inner.dims, value_type.kind, contents)
 
 
 def _live_nodes(graph: ir.Graph) -> list[ir.Node]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from onemodel.graph.compiled import CompiledGraph
 from onemodel.graph.operators.base import TensorSpec
-from onemodel.graph.plan import ExecutionPlan, spec_of
+from onemodel.graph.plan import ExecutionPlan, signature_of
 from onemodel.graph.run_state import StatePool
 
 
@@ -77,7 +77,7 @@ class GraphExecutor:
         """Run a body: inputs by name, typed by the arrays themselves (bodies may be untyped)."""
         arrays = {self._input_ids[name]: array for name, array in feeds.items()}
         signature = tuple(
-            spec_of(arrays[vid]) if vid in arrays else None for vid in self.graph.input_ids
+            signature_of(arrays[vid]) if vid in arrays else None for vid in self.graph.input_ids
         )
         return self.run(signature, arrays, guard=guard)
 

@@ -50,6 +50,38 @@ def spec_of(array: Any) -> TensorSpec:
     return TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape))
 
 
+def is_tensor(value: Any) -> bool:
+    """Tensors are arrays; sequences are lists and an empty optional is None."""
+    return value is not None and not isinstance(value, list)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceSpec:
+    """A sequence value in an input signature: the specs of its elements."""
+
+    elements: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyOptional:
+    """An empty optional in an input signature (None there means: use the default)."""
+
+
+EMPTY_OPTIONAL = EmptyOptional()
+
+
+def signature_of(value: Any) -> TensorSpec | SequenceSpec | EmptyOptional:
+    """The cache key of a value: tensors by type and shape, sequences by their elements.
+
+    Sequences and optionals are planned as run-time values (dynamic), since their contents are
+    values, not shapes."""
+    if value is None:
+        return EMPTY_OPTIONAL
+    if isinstance(value, list):
+        return SequenceSpec(tuple(signature_of(element) for element in value))
+    return spec_of(value)
+
+
 class HostValues(Sequence):
     """Input values as `infer` reads them: host NumPy, converted only when asked for."""
 
@@ -110,8 +142,8 @@ class ExecutionPlan:
                 array = graph.defaults[value_id]
                 self.constants[value_id] = array
                 self.specs[value_id] = spec_of(array)
-            else:
-                self.specs[value_id] = spec
+            elif isinstance(spec, TensorSpec):
+                self.specs[value_id] = spec  # sequences and optionals stay run-time values
 
     def _extra_ids(self) -> int:
         return len(self.specs) - self.value_count
@@ -184,12 +216,14 @@ class ExecutionPlan:
         """Seed 000 §3.2: fold unless larger than both its inputs and 64 KiB."""
         largest_input = max(
             (self.constants[i].nbytes for i in node.inputs if i != ABSENT), default=0
-        )
+        )  # constants are always tensors
         size = sum(r.nbytes for r in results)
         return size <= FOLD_LIMIT_BYTES or size <= largest_input
 
     def _fold(self, node: CompiledNode, results: Sequence[Any]) -> None:
-        if self._foldable(node, results):
+        """Data-dependent results become constants, except sequences and optionals, which
+        stay run-time values."""
+        if all(is_tensor(r) for r in results) and self._foldable(node, results):
             self._set_constants(node, results)
         else:
             self._schedule(StepKind.DYNAMIC, node, None)

@@ -22,6 +22,7 @@ from onemodel.graph.plan import (
     StepKind,
     _failure,
     _run_checked,
+    is_tensor,
     spec_of,
 )
 from onemodel.tensors import Arena, BufferPool
@@ -119,7 +120,10 @@ class RunState:
         if operator.outputs_data_dependent:
             results = _run_checked(node, operator.run, self.ctx, list(ins), None)
         else:
-            specs = [None if x is None else spec_of(x) for x in ins]
+            if operator.view_of_input is not None and not is_tensor(ins[operator.view_of_input]):
+                table[step.outputs[0]] = ins[operator.view_of_input]  # Identity of a sequence
+                return
+            specs = [spec_of(x) if is_tensor(x) else None for x in ins]
             context = InferContext(
                 node.info, specs, HostValues(ins, plan.graph.kernels.memory.to_host)
             )
@@ -137,7 +141,9 @@ class RunState:
                 results = [self.ctx.scratch(s.shape, s.numpy_dtype) for s in stated]
                 _run_checked(node, operator.run, self.ctx, list(ins), results)
         for value_id, result in zip(step.outputs, results, strict=False):
-            table[value_id] = result if result.flags.c_contiguous else xp.array(result, order="C")
+            if is_tensor(result) and not result.flags.c_contiguous:
+                result = xp.array(result, order="C")
+            table[value_id] = result
 
     def _result(self, array: Any, value_id: int, given: Mapping[int, Any]) -> Any:
         """A graph output the caller may keep: never a view of the slab, a weight or an input."""
@@ -153,8 +159,10 @@ class RunState:
                     )
                 target[...] = array
             return target
-        if self._owned(value_id):
+        if self._owned(value_id) or array is None:
             return array
+        if isinstance(array, list):
+            return [element.copy() for element in array]
         return array.copy()
 
     def _owned(self, value_id: int) -> bool:

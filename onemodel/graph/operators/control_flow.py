@@ -81,7 +81,7 @@ class LoopOp(ControlFlow):
         condition = inputs[1] if len(declared) > 1 and declared[1] else None
         limit = None if trips is None else int(self.host_scalar(ctx, trips))
         going = True if condition is None else bool(self.host_scalar(ctx, condition))
-        carried = [xp.array(v) for v in inputs[2 : len(declared)]]
+        carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
         captured = self.captured(inputs)
         scans: list[list[Array]] = []
         iteration = 0
@@ -167,7 +167,7 @@ class ScanOp(ControlFlow):
         if len(lengths) > 1:
             raise self.node.bad_input(f"Scan inputs disagree on the sequence length: {lengths}")
         steps = lengths.pop() if lengths else 0
-        carried = [xp.array(s) for s in states]
+        carried = [_copy(xp, s) for s in states]
         collected: list[list[Array]] = [[] for _ in range(self.outputs_count)]
         for t in range(steps):
             ctx.check(self.node.name)
@@ -190,6 +190,15 @@ class ScanOp(ControlFlow):
             axis = self.output_axes[k] % (parts[0].ndim + 1)
             stacked.append(xp.stack(parts, axis=axis))
         return [*carried, *stacked]
+
+
+def _copy(xp: Any, value: Any) -> Any:
+    """A carried value the body cannot alias: arrays copied, sequences as new lists."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return list(value)
+    return xp.array(value)
 
 
 DEFS: tuple[OpDef, ...] = (

@@ -1,5 +1,155 @@
-"""(being written)"""
+"""Classification losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
 
-from onemodel.graph.operators.base import OpDef
+Both pick, for every sample n and position d1…dk, the log-probability of its target class
+from an (N, C, d1, …, dk) input, weight it by the class's weight, and reduce: `none` keeps the
+(N, d1, …, dk) losses, `sum` adds them, `mean` divides that sum by the summed weights (the
+number of counted samples without weights). Samples whose target is `ignore_index` count for
+nothing; any other target outside [0, C) is refused. SoftmaxCrossEntropyLoss first takes the
+log-softmax of its scores along the class axis, which it may also return.
 
-DEFS: tuple[OpDef, ...] = ()
+float16 and bfloat16 are computed in float32 and rounded once at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onemodel.graph.operators.axes import INDEX_TYPES
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType
+
+_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+class ClassLikelihoodLoss(Operator):
+    """The shared part: attributes, shape checks and the weighted, reduced pick of the target
+    classes' log-probabilities. Subclasses say from which opset bfloat16 is accepted and how
+    input 0 becomes log-probabilities."""
+
+    bfloat16_since: int
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        reduction = node.attr("reduction", "mean")
+        self.reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+        if self.reduction not in _REDUCTIONS:
+            raise node.invalid(f"{node.op_type}: reduction must be one of {_REDUCTIONS}")
+        ignore_index = node.attr("ignore_index", None)
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
+
+    def loss_spec(self, ctx: InferContext) -> TensorSpec:
+        """The loss output's spec, after checking the types and shapes of the inputs."""
+        allowed = _FLOATS | ({DType.BFLOAT16} if self.node.opset >= self.bfloat16_since else set())
+        self.check_types(ctx, frozenset(allowed), 0, 2)
+        self.check_types(ctx, INDEX_TYPES, 1)
+        if ctx.has(2) and ctx.dtype(2) != ctx.dtype(0):
+            raise self.node.invalid(
+                f"{self.node.op_type} needs the weights of the input's type", self.node.inputs[2]
+            )
+        x, target = ctx.shape(0), ctx.shape(1)
+        if len(x) < 2 or target != (x[0], *x[2:]):
+            raise self.node.bad_input(
+                f"{self.node.op_type}: input of shape {x} needs (N, C, d1, …) and a target of "
+                f"shape (N, d1, …), not {target}",
+                self.node.inputs[1],
+            )
+        if ctx.has(2) and ctx.shape(2) != (x[1],):
+            raise self.node.bad_input(
+                f"{self.node.op_type}: weights of shape {ctx.shape(2)} must be ({x[1]},), one "
+                f"per class of the input of shape {x}",
+                self.node.inputs[2],
+            )
+        return ctx.output(ctx.dtype(0), target if self.reduction == "none" else ())
+
+    def reduce_loss(
+        self, ctx: RunContext, log_prob: Array, target: Array, weight: Array | None, out: Array
+    ) -> None:
+        """Writes the (reduced) loss of `log_prob` (N, C, …) in the compute type into `out`."""
+        xp = ctx.xp
+        counted = xp.ones(target.shape, dtype=bool)
+        if self.ignore_index is not None:
+            counted = target != self.ignore_index
+        classes = log_prob.shape[1]
+        outside = counted & ((target < 0) | (target >= classes))
+        if bool(outside.any()):  # one device-to-host sync per run, the price of the check
+            first = int(ctx.kernels.memory.to_host(target[outside][:1])[0])
+            raise self.node.bad_input(
+                f"{self.node.op_type}: target class {first} is outside [0, {classes})",
+                self.node.inputs[1],
+            )
+        safe = xp.where(counted, target, 0).astype(xp.int64)
+        picked = xp.take_along_axis(log_prob, xp.expand_dims(safe, 1), axis=1)[:, 0]
+        zero = log_prob.dtype.type(0)
+        factor = counted.astype(log_prob.dtype)
+        if weight is not None:
+            factor = xp.where(counted, weight.astype(log_prob.dtype)[safe], zero)
+        with np.errstate(all="ignore"):  # −inf log-probabilities and all-ignored means
+            loss = xp.where(counted, -picked * factor, zero)
+            if self.reduction == "none":
+                out[...] = loss
+            elif self.reduction == "sum":
+                out[...] = loss.sum()
+            else:
+                out[...] = loss.sum() / factor.sum()
+
+
+def _compute_type(xp: Any, x: Array) -> Any:
+    return xp.float64 if x.dtype == xp.float64 else xp.float32
+
+
+class NegativeLogLikelihoodLossOp(ClassLikelihoodLoss):
+    """The input already holds log-probabilities."""
+
+    bfloat16_since = 22
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        return [self.loss_spec(ctx)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, target = inputs[0], inputs[1]
+        weight = inputs[2] if len(inputs) > 2 else None
+        log_prob = x.astype(_compute_type(ctx.xp, x), copy=False)
+        self.reduce_loss(ctx, log_prob, target, weight, outputs[0])
+
+
+class SoftmaxCrossEntropyLossOp(ClassLikelihoodLoss):
+    """Log-probabilities are the log-softmax of the scores along the class axis, computed as
+    (x − max) − log Σ exp(x − max); the optional second output returns them."""
+
+    bfloat16_since = 13
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        specs = [self.loss_spec(ctx)]
+        if len(self.node.outputs) > 1:
+            specs.append(ctx.output(ctx.dtype(0), ctx.shape(0)))
+        return specs
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp, scores, target = ctx.xp, inputs[0], inputs[1]
+        weight = inputs[2] if len(inputs) > 2 else None
+        log_prob = scores.astype(_compute_type(xp, scores))
+        with np.errstate(all="ignore"):
+            if log_prob.size:
+                log_prob -= xp.max(log_prob, axis=1, keepdims=True)
+                log_prob -= xp.log(xp.sum(xp.exp(log_prob), axis=1, keepdims=True))
+        self.reduce_loss(ctx, log_prob, target, weight, outputs[0])
+        if len(outputs) > 1:
+            outputs[1][...] = log_prob
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("NegativeLogLikelihoodLoss", 12, NegativeLogLikelihoodLossOp),
+    OpDef("SoftmaxCrossEntropyLoss", 12, SoftmaxCrossEntropyLossOp),
+)
