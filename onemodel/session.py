@@ -282,6 +282,8 @@ class Session:
                 ) from None
         else:
             array = np.asarray(value)
+        if array.dtype.kind in "US" and declared == 8:  # STRING: NumPy keeps str objects
+            array = array.astype(object)
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         try:

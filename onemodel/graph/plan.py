@@ -250,7 +250,8 @@ class ExecutionPlan:
     # -- memory --------------------------------------------------------------------------------
 
     def _plan_memory(self) -> MemoryPlan:
-        """Slab offsets for static intermediates; graph outputs get fresh arrays each run."""
+        """Slab offsets for static intermediates; graph outputs and string values get new
+        arrays in each run."""
         graph_outputs = set(self.output_ids)
         readers: dict[int, list[int]] = {}
         for index, step in enumerate(self.steps):
@@ -258,6 +259,7 @@ class ExecutionPlan:
                 if value_id != ABSENT:
                     readers.setdefault(value_id, []).append(index)
         self.in_slab: set[int] = set()
+        self.per_run: set[int] = set()  # static outputs given a new array in every run
         values, steps = [], []
         for index, step in enumerate(self.steps):
             in_place = None
@@ -267,7 +269,8 @@ class ExecutionPlan:
                     source = step.inputs[operator.in_place_input]
                     in_place = self.names[source] if source in self.in_slab else None
                 for value_id, spec in zip(step.outputs, step.specs, strict=True):
-                    if value_id in graph_outputs:
+                    if value_id in graph_outputs or spec.numpy_dtype.kind == "O":
+                        self.per_run.add(value_id)  # strings hold objects, not slab bytes
                         continue
                     self.in_slab.add(value_id)
                     values.append(self._planned(value_id, spec, index, readers))

@@ -78,7 +78,7 @@ class RunState:
         table = self.base_table.copy()
         for value_id, array in inputs.items():
             table[value_id] = array
-        graph_outputs = set(plan.output_ids)
+        per_run = plan.per_run
         given = outputs or {}
         for index, step in enumerate(plan.steps):
             if self.skip[index]:
@@ -90,7 +90,7 @@ class RunState:
             if step.kind is StepKind.STATIC:
                 outs = []
                 for value_id, spec in zip(step.outputs, step.specs, strict=True):
-                    if value_id in graph_outputs:
+                    if value_id in per_run:
                         out = given.get(value_id)
                         table[value_id] = out = (
                             xp.empty(spec.shape, spec.numpy_dtype) if out is None else out
@@ -138,7 +138,12 @@ class RunState:
             elif operator.view_of_input is not None:
                 results = [ins[operator.view_of_input].reshape(stated[0].shape)]
             else:
-                results = [self.ctx.scratch(s.shape, s.numpy_dtype) for s in stated]
+                results = [
+                    xp.empty(s.shape, s.numpy_dtype)
+                    if s.numpy_dtype.kind == "O"
+                    else self.ctx.scratch(s.shape, s.numpy_dtype)
+                    for s in stated
+                ]
                 _run_checked(node, operator.run, self.ctx, list(ins), results)
         for value_id, result in zip(step.outputs, results, strict=False):
             if is_tensor(result) and not result.flags.c_contiguous:
