@@ -35,3 +35,35 @@ def memory(request: pytest.FixtureRequest) -> Memory:
         return KernelPaths.get(request.param).memory
     except BackendUnavailableError as error:
         pytest.skip(str(error))
+
+
+_SUITE_CLASSES = {
+    "OnnxBackendNodeModelTest": "node",
+    "OnnxBackendSimpleModelTest": "simple",
+    "OnnxBackendPyTorchConvertedModelTest": "pytorch-converted",
+    "OnnxBackendPyTorchOperatorModelTest": "pytorch-operator",
+    "OnnxBackendRealModelTest": "light",
+}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Pass counts of ONNX's conformance suite per kind and device, when it ran."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for outcome in ("passed", "failed", "xfailed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if report.when != "call" or "test_conformance.py" not in report.nodeid:
+                continue
+            parts = report.nodeid.split("::")
+            kind = _SUITE_CLASSES.get(parts[1], parts[1])
+            device = parts[-1].rsplit("_", 1)[-1]
+            row = counts.setdefault((kind, device), {"passed": 0, "failed": 0, "xfailed": 0})
+            row[outcome] += 1
+    if not counts:
+        return
+    terminalreporter.section("ONNX conformance")
+    for (kind, device), row in sorted(counts.items()):
+        total = sum(row.values())
+        terminalreporter.write_line(
+            f"{kind:18} {device:5} {row['passed']:5} passed of {total:5}"
+            f"  ({row['xfailed']} expected failures, {row['failed']} failed)"
+        )

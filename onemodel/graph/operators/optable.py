@@ -95,3 +95,17 @@ def resolve(domain: str, op_type: str, opset: int) -> OpDef | None:
         if definition.covers(opset):
             return definition
     return None
+
+
+def markdown_table() -> str:
+    """The supported operators as the Markdown table docs/operators.md carries (one row per
+    definition: domain, operator, opset range, exact-mode support)."""
+    rows = ["| domain | operator | opsets | exact |", "| --- | --- | --- | --- |"]
+    for definition in sorted(TABLE, key=lambda d: (d.domain, d.op_type, d.since)):
+        until = "" if definition.until is None else str(definition.until)
+        exact = getattr(definition.factory, "supports_exact", False)
+        rows.append(
+            f"| {definition.domain or 'ai.onnx'} | {definition.op_type} | "
+            f"{definition.since}–{until} | {'yes' if exact else ''} |"
+        )
+    return "\n".join(rows)
