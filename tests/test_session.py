@@ -360,3 +360,31 @@ def test_scalar_inputs_keep_rank_zero():
         [helper.make_node("Neg", ["x"], ["y"])], "g", [x], [y])))  # fmt: skip
     (out,) = session.run(None, {"x": np.float32(2.5)})
     assert out.shape == () and out == -2.5
+
+
+@pytest.mark.parametrize(
+    ("attribute", "message"),
+    [
+        (helper.make_attribute("alpha", [1.0, 2.0]), "attribute 'alpha' holds list"),
+        (helper.make_attribute("transA", "yes"), "attribute 'transA' holds str"),
+    ],
+)
+def test_attributes_of_the_wrong_kind_make_the_model_invalid(attribute, message):
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    node = helper.make_node("Gemm", ["a", "a"], ["y"], name="gemm")
+    node.attribute.append(attribute)
+    with pytest.raises(SessionError, match=message) as error:
+        session_for(helper.make_model(helper.make_graph([node], "g", [a], [y])))
+    assert error.value.kind is ErrorKind.INVALID_MODEL and error.value.node == "gemm"
+
+
+def test_an_unknown_element_type_makes_the_model_invalid():
+    x = helper.make_tensor_value_info("x", 29, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g", [x], [y])
+    )
+    with pytest.raises(SessionError, match="element type 29") as error:
+        session_for(model)
+    assert error.value.kind is ErrorKind.INVALID_MODEL and error.value.value == "x"

@@ -19,6 +19,7 @@ from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
 
 ABSENT = -1  # the value id of an absent optional input
+_LAST_ONNX_TYPE = 28  # FLOAT6E3M2, the highest TensorProto.DataType onnx 1.23 defines
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,13 @@ class CompiledGraph:
         self.inputs = [_meta(info) for info in graph.inputs]
         self.input_ids = [self.value_id(info.name) for info in graph.inputs]
         self.outputs = [_meta(info) for info in graph.outputs]
+        for meta in (*self.inputs, *self.outputs):
+            if meta.elem_type is not None and not 0 <= meta.elem_type <= _LAST_ONNX_TYPE:
+                raise SessionError(
+                    ErrorKind.INVALID_MODEL,
+                    f"declares element type {meta.elem_type}, which ONNX does not define",
+                    value=meta.name,
+                )
         self.output_ids = [self.value_id(info.name) for info in graph.outputs]
         used = {i for node in self.nodes for i in node.inputs} | set(self.output_ids)
         self.weights: dict[int, Any] = {}
@@ -105,7 +113,7 @@ class CompiledGraph:
             info = NodeInfo.of(node, opset, captured, self._compile_body if has_bodies else None)
             compiled.append(
                 CompiledNode(
-                    definition.factory(info),
+                    _construct(definition, info),
                     info,
                     tuple(self.value_id(name) for name in (*node.inputs, *captured)),
                     tuple(self.value_id(name) for name in node.outputs),
@@ -140,6 +148,21 @@ class CompiledGraph:
                 "exact mode has no bit-exact kernel for: " + ", ".join(lacking),
                 operators=lacking,
             )
+
+
+def _construct(definition: OpDef, info: NodeInfo) -> Operator:
+    """The operator of a node; attributes it cannot read (a list where a number belongs, ...)
+    make the model invalid, naming the node, whatever the operator's own checks missed."""
+    try:
+        return definition.factory(info)
+    except SessionError:
+        raise
+    except Exception as error:
+        raise SessionError(
+            ErrorKind.INVALID_MODEL,
+            f"{info.op_type} has attributes it cannot use: {type(error).__name__}: {error}",
+            node=info.name,
+        ) from error
 
 
 def _meta(info: ir.ValueInfo) -> ValueMeta:

@@ -104,6 +104,11 @@ class NodeInfo:
         """An attribute's value; a required one that is missing makes the model invalid."""
         value = self.attributes.get(name, _MISSING)
         if value is not _MISSING:
+            if not _same_kind(value, default):
+                raise self.invalid(
+                    f"{self.op_type} attribute '{name}' holds {type(value).__name__} "
+                    f"{value!r:.60}, not the {type(default).__name__} it takes"
+                )
             return value
         if default is _MISSING:
             raise self.invalid(f"{self.op_type} needs the attribute '{name}'")
@@ -118,6 +123,22 @@ class NodeInfo:
     def unsupported(self, message: str, value: str | None = None) -> SessionError:
         """A valid use of the operator that onemodel does not run (training modes, ...)."""
         return SessionError(ErrorKind.UNSUPPORTED, message, node=self.name, value=value)
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    """Whether an attribute value has the kind its default shows (numbers, text, lists);
+    required attributes and None defaults say nothing, so anything passes."""
+    if default is _MISSING or default is None:
+        return True
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+            value, bool
+        )
+    if isinstance(default, (str, bytes)):
+        return isinstance(value, (str, bytes))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple, np.ndarray))
+    return True
 
 
 class InferContext:
