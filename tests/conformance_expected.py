@@ -5,15 +5,10 @@ expectedFailure), so a listed case that starts passing fails the run until it is
 this list. Shrink it; never grow it silently. Set ONEMODEL_CONFORMANCE_NO_XFAIL=1 to see why
 a listed case fails.
 
-With onnx 1.23.2: 1,954 of 2,033 cases pass on the NumPy backend; 79 are listed here.
+With onnx 1.23.2: 1,976 of 2,033 cases pass on the NumPy backend; 57 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
-    # 2 case(s)
-    "BatchNormalization training mode (batch statistics outputs) not implemented yet (issue 4)": (
-        "test_batchnorm_epsilon_training_mode",
-        "test_batchnorm_example_training_mode",
-    ),
     # 6 case(s)
     "Bernoulli draws random values: the expected outputs are one particular draw": (
         "test_bernoulli",
@@ -42,25 +37,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_training_dropout_default",
         "test_training_dropout_default_mask",
         "test_training_dropout_mask",
-    ),
-    # 4 case(s)
-    "operator not implemented yet (issue 4): DeformConv": (
-        "test_basic_deform_conv_with_padding",
-        "test_basic_deform_conv_without_padding",
-        "test_deform_conv_with_mask_bias",
-        "test_deform_conv_with_multiple_offset_groups",
-    ),
-    # 9 case(s)
-    "operator not implemented yet (issue 4): ImageDecoder": (
-        "test_image_decoder_decode_bmp_rgb",
-        "test_image_decoder_decode_jpeg2k_rgb",
-        "test_image_decoder_decode_jpeg_bgr",
-        "test_image_decoder_decode_jpeg_grayscale",
-        "test_image_decoder_decode_jpeg_rgb",
-        "test_image_decoder_decode_png_rgb",
-        "test_image_decoder_decode_pnm_rgb",
-        "test_image_decoder_decode_tiff_rgb",
-        "test_image_decoder_decode_webp_rgb",
     ),
     # 3 case(s)
     "operator not implemented yet (issue 4): RegexFullMatch": (
@@ -129,25 +105,9 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_ai_onnx_ml_tree_ensemble_single_tree",
     ),
     # 2 case(s)
-    "operator not implemented yet (issue 4): ai.onnx.preview.training.Adagrad": (
-        "test_adagrad",
-        "test_adagrad_multiple",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): ai.onnx.preview.training.Adam": (
-        "test_adam",
-        "test_adam_multiple",
-    ),
-    # 2 case(s)
     "operator not implemented yet (issue 4): ai.onnx.preview.training.Gradient": (
         "test_gradient_of_add",
         "test_gradient_of_add_and_mul",
-    ),
-    # 3 case(s)
-    "operator not implemented yet (issue 4): ai.onnx.preview.training.Momentum": (
-        "test_momentum",
-        "test_momentum_multiple",
-        "test_nesterov_momentum",
     ),
 }
 

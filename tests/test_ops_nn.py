@@ -93,9 +93,7 @@ def _array(value: object) -> np.ndarray:
 CASES = _conformance_cases()
 
 EXPECTED_FAILURES = {
-    # Training: random masks and batch statistics are not supported (refused by design).
-    "test_batchnorm_example_training_mode",
-    "test_batchnorm_epsilon_training_mode",
+    # Training: random masks are not supported (refused by design).
     "test_training_dropout",
     "test_training_dropout_default",
     "test_training_dropout_default_mask",
@@ -621,9 +619,40 @@ def test_batch_normalization_per_element_before_opset_9() -> None:
                                rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
+@pytest.mark.parametrize("opset", [14, 15])
+@pytest.mark.parametrize("x_shape", [(2, 3), (2, 3, 5), (2, 3, 4, 5)])
+def test_batch_normalization_training_mode_matches_onnxruntime(opset: int, x_shape: tuple) -> None:
+    inputs = batch_norm_inputs(x_shape)
+    attributes = {"training_mode": 1, "momentum": 0.8, "epsilon": 1e-3}
+    float_type = onnx.TensorProto.FLOAT
+    expected = onnxruntime_outputs("BatchNormalization", inputs, attributes, opset=opset,
+                                   output_types=[float_type] * 3)  # fmt: skip
+    results = run_node("BatchNormalization", inputs, attributes, opset=opset, outputs=3)
+    for result, wanted in zip(results, expected, strict=True):
+        assert result.dtype == wanted.dtype and result.shape == wanted.shape
+        np.testing.assert_allclose(result, wanted, rtol=1e-5, atol=1e-5)
+    (alone,) = run_node("BatchNormalization", inputs, attributes, opset=opset)
+    np.testing.assert_array_equal(alone, results[0])
+
+
+def test_batch_normalization_training_mode_keeps_statistics_types() -> None:
+    """Opset 15 lets the running statistics have their own type; half X is reduced in float."""
+    x, scale, bias, mean, var = batch_norm_inputs((4, 2, 8))
+    inputs = [x.astype(np.float16), scale, bias, mean.astype(np.float64), var.astype(np.float64)]
+    y, running_mean, running_var = run_node(
+        "BatchNormalization", inputs, {"training_mode": 1}, opset=15, outputs=3
+    )
+    assert (y.dtype, running_mean.dtype, running_var.dtype) == (np.float16, np.float64, np.float64)
+    batch_mean, batch_var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
+    np.testing.assert_allclose(running_mean, 0.9 * mean + 0.1 * batch_mean, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(running_var, 0.9 * var + 0.1 * batch_var, rtol=1e-3, atol=1e-3)
+
+
 def test_batch_normalization_refuses_training() -> None:
+    """Training before opset 14 is refused (the spec leaves saved_mean and saved_var
+    undefined); running statistics outputs outside training mode make the model invalid."""
     inputs = batch_norm_inputs((2, 3, 4))
-    refused(ErrorKind.UNSUPPORTED, "BatchNormalization", inputs, {"training_mode": 1}, opset=15)
+    refused(ErrorKind.INVALID_MODEL, "BatchNormalization", inputs, opset=15, outputs=3)
     refused(ErrorKind.UNSUPPORTED, "BatchNormalization", inputs, opset=6)
     refused(ErrorKind.UNSUPPORTED, "BatchNormalization", inputs, opset=9, outputs=3)
     (result,) = run_node("BatchNormalization", inputs, {"is_test": 1}, opset=6)

@@ -43,25 +43,34 @@ def _normalized_axis(op: Operator, axis: int, rank: int) -> int:
 
 
 class BatchNormalizationOp(Operator):
-    """Y = (X − mean) / √(var + ε) · scale + B per channel, with the stored mean and var.
+    """Y = (X − mean) / √(var + ε) · scale + B per channel.
 
-    Training (is_test = 0 before opset 7, training_mode = 1 from opset 14, or the extra
-    statistics outputs before opset 14) is refused. Before opset 9, spatial = 0 gives each
-    element of a sample its own statistics: the parameters then have X's shape minus N.
+    For inference mean and var are the stored inputs. In training mode (training_mode = 1,
+    opset 14 on) they are the batch's own statistics over every axis but the channel one
+    (population variance), and the optional outputs give the running statistics
+    input · momentum + batch · (1 − momentum) in the inputs' type.
+
+    The training modes before opset 14 (is_test = 0 before opset 7, or the extra mean, var,
+    saved_mean, saved_var outputs) are refused: the spec never defines what saved_mean and
+    saved_var hold. Before opset 9, spatial = 0 gives each element of a sample its own
+    statistics: the parameters then have X's shape minus N.
     """
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.epsilon = float(node.attr("epsilon", 1e-5))
-        training = (
-            (node.opset < 7 and not node.attr("is_test", 0))
-            or (node.opset >= 14 and bool(node.attr("training_mode", 0)))
-            or sum(1 for name in node.outputs if name) > 1
-        )
-        if training:
+        self.momentum = float(node.attr("momentum", 0.9))
+        extra_outputs = any(node.outputs[1:])
+        self.training = node.opset >= 14 and bool(node.attr("training_mode", 0))
+        if node.opset >= 14 and extra_outputs and not self.training:
+            raise node.invalid(
+                "BatchNormalization has the outputs running_mean and running_var only in "
+                "training mode (training_mode = 1)"
+            )
+        if node.opset < 14 and ((node.opset < 7 and not node.attr("is_test", 0)) or extra_outputs):
             raise node.unsupported(
-                "BatchNormalization in training mode (batch statistics, running statistics "
-                "outputs) is not supported; export the model for inference"
+                f"BatchNormalization in training mode is not supported before opset 14 (this "
+                f"model imports opset {node.opset}); export the model for inference"
             )
         self.per_element = node.opset < 9 and not node.attr("spatial", 1)
 
@@ -71,6 +80,12 @@ class BatchNormalizationOp(Operator):
         self.check_types(ctx, types)
         if opset < 14 and len({ctx.dtype(i) for i in range(5)}) > 1:
             raise self.node.invalid("BatchNormalization before opset 14 needs one element type")
+        typed_alike = ((0, 1, 2), (3, 4)) if opset == 14 else ((1, 2), (3, 4))
+        if opset >= 14 and any(len({ctx.dtype(i) for i in group}) > 1 for group in typed_alike):
+            raise self.node.invalid(
+                "BatchNormalization needs one element type for scale and B (and X at opset 14) "
+                "and one for mean and var"
+            )
         x = ctx.shape(0)
         if len(x) < 2:
             raise self.node.bad_input(
@@ -84,23 +99,40 @@ class BatchNormalizationOp(Operator):
                     f"{expected}",
                     self.node.inputs[i],
                 )
-        return [ctx.output(ctx.dtype(0), x)]
+        running = [ctx.output(ctx.dtype(3), expected) for _ in self.node.outputs[1:3]]
+        return [ctx.output(ctx.dtype(0), x), *running]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, scale, bias, mean, var = inputs[:5]
-        (out,) = outputs
         xp = ctx.xp
         compute = _compute_dtype(xp, *(a.dtype for a in inputs[:5]))
         shape = (1, *scale.shape, *(1,) * (x.ndim - 1 - scale.ndim))
         with np.errstate(all="ignore"):
+            if self.training:
+                mean, var = self._batch_statistics(xp, x, mean, var, compute, outputs[1:])
             factor = scale.astype(compute) / xp.sqrt(var.astype(compute) + self.epsilon)
             shift = bias.astype(compute) - mean.astype(compute) * factor
+            out = outputs[0]
             if x.dtype == compute == out.dtype:  # no widening: straight into the output
                 xp.multiply(x, factor.reshape(shape), out=out)
                 xp.add(out, shift.reshape(shape), out=out)
             else:
                 result = x.astype(compute, copy=False) * factor.reshape(shape)
                 xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
+
+    def _batch_statistics(
+        self, xp: Any, x: Array, mean: Array, var: Array, compute: Any, running: Sequence[Array]
+    ) -> tuple[Array, Array]:
+        """The batch's mean and population variance per channel (in the compute type), after
+        writing the running statistics into the outputs that `running` holds."""
+        axes = (0, *range(2, x.ndim))
+        values = x.astype(compute, copy=False)
+        batch_mean = values.mean(axis=axes)
+        batch_var = values.var(axis=axes)
+        kept = compute(self.momentum)
+        for out, stored, batch in zip(running, (mean, var), (batch_mean, batch_var), strict=False):
+            xp.add(stored.astype(compute) * kept, batch * (1 - kept), out=out, casting="unsafe")
+        return batch_mean, batch_var
 
 
 class Standardization(Operator):

@@ -1,5 +1,227 @@
-"""(being written)"""
+"""Optimizer steps of the ai.onnx.preview.training domain: Adagrad, Adam and Momentum.
 
-from onemodel.graph.operators.base import OpDef
+Each node updates one or more tensors at once. Its inputs are the learning rate R and the update
+count T (scalars), then the tensors grouped by role: every X, then every gradient G, then every
+tensor of each optimizer state (Adagrad: H; Adam: V, H; Momentum: V). Its outputs follow the
+same grouping: every new X, then every new state tensor. The update is element-wise and the
+same for each tensor; it is computed in the tensors' own type (float or double). G and the
+state tensors must have their X's shape (the spec's broadcasting would let a state outgrow X).
 
-DEFS: tuple[OpDef, ...] = ()
+Gradient, the domain's other operator, differentiates the graph around its node; an operator
+only knows its own node, so it is not run here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import DType
+
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+_FLOATS = frozenset({DType.FLOAT, DType.DOUBLE})
+_COUNT = frozenset({DType.INT64})
+
+
+class OptimizerStep(Operator):
+    """The shared part: grouping of the variadic inputs and outputs, their checks, and the
+    scalar learning rate and update count. Subclasses name their state tensors and implement
+    `update` for one optimized tensor."""
+
+    state_names: ClassVar[tuple[str, ...]]
+    norm_coefficient_required: ClassVar[bool] = False  # else it defaults to 0
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        if self.norm_coefficient_required:
+            self.norm_coefficient = float(node.attr("norm_coefficient"))
+        else:
+            self.norm_coefficient = float(node.attr("norm_coefficient", 0.0))
+        roles = 2 + len(self.state_names)  # X, G and the states
+        tensors = len(node.inputs) - 2
+        self.count = tensors // roles
+        if tensors < roles or tensors % roles or len(node.outputs) != self.count * (roles - 1):
+            states = ", ".join(self.state_names)
+            raise node.invalid(
+                f"{node.op_type} takes R, T and, for each of n tensors, X, G, {states} "
+                f"(2 + {roles}·n inputs) and gives X_new, {states} updated ({roles - 1}·n "
+                f"outputs), not {len(node.inputs)} inputs and {len(node.outputs)} outputs"
+            )
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        self.check_types(ctx, _FLOATS, 0)
+        self.check_types(ctx, _COUNT, 1)
+        tensors = range(2, len(ctx.specs))
+        self.check_types(ctx, _FLOATS, *tensors)
+        dtype = ctx.dtype(2)
+        for i in tensors:
+            if ctx.dtype(i) != dtype:
+                raise self.node.invalid(
+                    f"{self.node.op_type} needs every optimized tensor, gradient and state of "
+                    "one element type",
+                    self.node.inputs[i],
+                )
+        for i in (0, 1):
+            if int(np.prod(ctx.shape(i))) != 1:
+                raise self.node.bad_input(
+                    f"{self.node.op_type}: input {'RT'[i]} must be a scalar, not shape "
+                    f"{ctx.shape(i)}",
+                    self.node.inputs[i],
+                )
+        shapes = [ctx.shape(2 + k) for k in range(self.count)]
+        for i in tensors:
+            expected = shapes[(i - 2) % self.count]
+            if ctx.shape(i) != expected:
+                raise self.node.bad_input(
+                    f"{self.node.op_type}: input {i} has shape {ctx.shape(i)}, not the shape "
+                    f"{expected} of the tensor it belongs to",
+                    self.node.inputs[i],
+                )
+        roles = 1 + len(self.state_names)
+        return [ctx.output(dtype, shape) for _ in range(roles) for shape in shapes]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp = ctx.xp
+        dtype = inputs[2].dtype
+        rate = inputs[0].reshape(()).astype(dtype)
+        step = inputs[1].reshape(())
+        for k in range(self.count):
+            x, gradient, *states = inputs[2 + k :: self.count]
+            regularized = gradient + dtype.type(self.norm_coefficient) * x
+            self.update(xp, rate, step, x, regularized, states, outputs[k :: self.count])
+
+    def update(
+        self,
+        xp: Any,
+        rate: Array,
+        step: Array,
+        x: Array,
+        gradient: Array,
+        states: list[Array],
+        outputs: list[Array],
+    ) -> None:
+        """Writes X_new and the new states into `outputs`; `gradient` is already regularized
+        (norm_coefficient · X added)."""
+        raise NotImplementedError
+
+
+class AdagradOp(OptimizerStep):
+    """X_new = X − r·G / (√H_new + ε) with H_new = H + G², r = R / (1 + T·decay_factor)."""
+
+    state_names = ("H",)
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.decay_factor = float(node.attr("decay_factor", 0.0))
+        self.epsilon = float(node.attr("epsilon", 1e-6))
+
+    def update(
+        self,
+        xp: Any,
+        rate: Array,
+        step: Array,
+        x: Array,
+        gradient: Array,
+        states: list[Array],
+        outputs: list[Array],
+    ) -> None:
+        (h,) = states
+        x_new, h_new = outputs
+        scalar = x.dtype.type
+        xp.add(h, gradient * gradient, out=h_new)
+        rate = rate / (scalar(1) + step.astype(x.dtype) * scalar(self.decay_factor))
+        denominator = xp.sqrt(h_new) + scalar(self.epsilon)
+        xp.subtract(x, rate * gradient / denominator, out=x_new)
+
+
+class AdamOp(OptimizerStep):
+    """V and H are moving averages (weights alpha, beta) of G and G²; X moves by
+    R·√(1 − betaᵀ)/(1 − alphaᵀ) · V_new / (√H_new + ε) (the bias correction only when T > 0),
+    then shrinks by (1 − norm_coefficient_post)."""
+
+    state_names = ("V", "H")
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.alpha = float(node.attr("alpha", 0.9))
+        self.beta = float(node.attr("beta", 0.999))
+        self.epsilon = float(node.attr("epsilon", 1e-6))
+        self.norm_coefficient_post = float(node.attr("norm_coefficient_post", 0.0))
+
+    def update(
+        self,
+        xp: Any,
+        rate: Array,
+        step: Array,
+        x: Array,
+        gradient: Array,
+        states: list[Array],
+        outputs: list[Array],
+    ) -> None:
+        v, h = states
+        x_new, v_new, h_new = outputs
+        scalar = x.dtype.type
+        alpha, beta = scalar(self.alpha), scalar(self.beta)
+        xp.add(alpha * v, (scalar(1) - alpha) * gradient, out=v_new)
+        xp.add(beta * h, (scalar(1) - beta) * (gradient * gradient), out=h_new)
+        counted = xp.maximum(step, 1).astype(x.dtype)  # T ≤ 0 takes R as it is
+        with np.errstate(divide="ignore", invalid="ignore"):
+            correction = xp.sqrt(scalar(1) - beta**counted) / (scalar(1) - alpha**counted)
+        rate = xp.where(step > 0, rate * correction, rate)
+        xp.subtract(x, rate * (v_new / (xp.sqrt(h_new) + scalar(self.epsilon))), out=x_new)
+        xp.multiply(x_new, scalar(1) - scalar(self.norm_coefficient_post), out=x_new)
+
+
+class MomentumOp(OptimizerStep):
+    """V_new = alpha·V + beta'·G (beta' = 1 at T = 0, else beta); standard mode moves X by
+    −R·V_new, Nesterov's by −R·(G + alpha·V_new)."""
+
+    state_names = ("V",)
+    norm_coefficient_required = True
+    _MODES = ("standard", "nesterov")
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.alpha = float(node.attr("alpha"))
+        self.beta = float(node.attr("beta"))
+        mode = node.attr("mode")
+        self.mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        if self.mode not in self._MODES:
+            raise node.invalid(f"Momentum: mode must be one of {self._MODES}, not {self.mode!r}")
+
+    def update(
+        self,
+        xp: Any,
+        rate: Array,
+        step: Array,
+        x: Array,
+        gradient: Array,
+        states: list[Array],
+        outputs: list[Array],
+    ) -> None:
+        (v,) = states
+        x_new, v_new = outputs
+        scalar = x.dtype.type
+        alpha = scalar(self.alpha)
+        beta = xp.where(step > 0, scalar(self.beta), scalar(1)).astype(x.dtype)
+        xp.add(alpha * v, beta * gradient, out=v_new)
+        direction = v_new if self.mode == "standard" else gradient + alpha * v_new
+        xp.subtract(x, rate * direction, out=x_new)
+
+
+DEFS: tuple[OpDef, ...] = (
+    OpDef("Adagrad", 1, AdagradOp, domain=TRAINING_DOMAIN),
+    OpDef("Adam", 1, AdamOp, domain=TRAINING_DOMAIN),
+    OpDef("Momentum", 1, MomentumOp, domain=TRAINING_DOMAIN),
+)
