@@ -23,8 +23,9 @@ from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.plan import ExecutionPlan, signature_of
-from onemodel.tensors import numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
+from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
+from onemodel.tensors.shapes import check_shape
 
 
 class ExecutionMode(enum.Enum):
@@ -302,6 +303,10 @@ class Session:
                 value=meta.name,
             )
         _check_dims(meta, array.shape)
+        try:
+            check_shape(array.shape, array.dtype.itemsize)
+        except TensorShapeError as error:
+            raise SessionError(ErrorKind.INVALID_INPUT, str(error), value=meta.name) from None
         array = xp.asarray(array)
         # np.ascontiguousarray would turn a 0-d input into 1-d
         return array if array.flags.c_contiguous else xp.array(array, order="C")
