@@ -45,7 +45,9 @@ class SessionOptions:
     only (NumPy's BLAS decides its own threads for now); `backend` names a kernel path
     (`KernelPaths.names()`), None picking the best available; `checked` poisons dead slab
     blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable); `run_timeout`
-    (seconds) stops any run that takes longer with SessionError(CANCELLED)."""
+    (seconds) stops any run that takes longer with SessionError(CANCELLED); `memory_limit`
+    (bytes) bounds a run's slab, scratch, dynamic values and Loop/Scan accumulations, each
+    checked before it is allocated (SessionError(UNSUPPORTED) beyond it)."""
 
     mode: ExecutionMode = ExecutionMode.FAST
     intra_op_threads: int = 0
@@ -54,6 +56,7 @@ class SessionOptions:
     backend: str | None = None
     checked: bool | None = None
     run_timeout: float | None = None
+    memory_limit: int | None = None
 
 
 class Session:
@@ -164,7 +167,10 @@ class Session:
 
     def _guard(self, cancel: CancellationToken | None, timeout: float | None) -> RunGuard | None:
         timeout = self.options.run_timeout if timeout is None else timeout
-        return None if cancel is None and timeout is None else RunGuard(cancel, timeout)
+        limit = self.options.memory_limit
+        if cancel is None and timeout is None and limit is None:
+            return None
+        return RunGuard(cancel, timeout, limit)
 
     def run_single(self, array: Any) -> Any:
         """A single-input model's first output for one array."""
@@ -196,10 +202,10 @@ class Session:
         if self._closed:
             raise SessionError(ErrorKind.DISPOSED, "the session is closed")
         signature, arrays = self._inputs(feeds)
-        targets = None
-        if outputs:
-            plan, _ = self._executor.plan(signature)
-            targets = self._targets(plan, outputs)
+        plan, _ = self._executor.plan(signature)
+        targets = self._targets(plan, outputs) if outputs else None
+        if guard is not None:
+            guard.charge(plan.memory.slab_bytes, what="the plan's slab")
         return self._executor.run(signature, arrays, targets, profile, guard)
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[int]:

@@ -95,3 +95,54 @@ def test_a_cancelled_token_stops_session_creation():
     with pytest.raises(SessionError, match="cancelled") as error:
         Session.create(counting_loop_model(), cancel=token)
     assert error.value.kind is ErrorKind.CANCELLED
+
+
+def accumulating_loop_model():
+    """Loop(trips, true) whose body emits a 1 MiB scan output per iteration."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("ConstantOfShape", ["shape"], ["block"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("block", TensorProto.FLOAT, [262144]),
+        ],
+        [helper.make_tensor("shape", TensorProto.INT64, [1], [262144])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go"], ["blocks"], body=body)],
+        "loop",
+        [helper.make_tensor_value_info("trips", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("blocks", TensorProto.FLOAT, None)],
+        [helper.make_tensor("go", TensorProto.BOOL, [], [True])],
+    )
+    return model_from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_the_memory_limit_stops_a_loop_accumulating_without_bound():
+    session = Session.create(accumulating_loop_model(), SessionOptions(memory_limit=64 * 2**20))
+    (blocks,) = session.run(None, {"trips": np.int64(8)})
+    assert blocks.shape == (8, 262144)
+    with pytest.raises(SessionError, match="memory limit of 67108864") as error:
+        session.run(None, {"trips": np.int64(2**62)})
+    assert error.value.kind is ErrorKind.UNSUPPORTED
+    (blocks,) = session.run(None, {"trips": np.int64(2)})  # still usable
+    assert blocks.shape == (2, 262144)
+
+
+def test_the_memory_limit_refuses_a_plan_whose_slab_is_larger():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])]
+    model = model_from_proto(helper.make_model(helper.make_graph(nodes, "g", [x], [y])))
+    session = Session.create(model, SessionOptions(memory_limit=1000))
+    session.run(None, {"x": np.ones(10, np.float32)})
+    with pytest.raises(SessionError, match="slab") as error:
+        session.run(None, {"x": np.ones(1000, np.float32)})
+    assert error.value.kind is ErrorKind.UNSUPPORTED

@@ -119,6 +119,7 @@ class RunState:
         xp = plan.graph.kernels.xp
         if operator.outputs_data_dependent:
             results = _run_checked(node, operator.run, self.ctx, list(ins), None)
+            self.ctx.charge(_size(results), node.info.name)
         else:
             if operator.view_of_input is not None and not is_tensor(ins[operator.view_of_input]):
                 table[step.outputs[0]] = ins[operator.view_of_input]  # Identity of a sequence
@@ -138,6 +139,7 @@ class RunState:
             elif operator.view_of_input is not None:
                 results = [ins[operator.view_of_input].reshape(stated[0].shape)]
             else:
+                self.ctx.charge(sum(s.nbytes for s in stated), node.info.name)
                 results = [
                     xp.empty(s.shape, s.numpy_dtype)
                     if s.numpy_dtype.kind == "O"
@@ -195,3 +197,12 @@ class StatePool:
         with self._lock:
             if len(self._idle) < self.max_idle:
                 self._idle.append(state)
+
+
+def _size(values: Any) -> int:
+    """Bytes held by arrays, lists of them (sequences) and None (empty optionals)."""
+    if values is None:
+        return 0
+    if isinstance(values, list):
+        return sum(_size(v) for v in values)
+    return int(values.nbytes)

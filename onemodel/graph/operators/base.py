@@ -227,10 +227,16 @@ class RunContext:
         scratch again allocates nothing; at plan time it is a plain new array."""
         dims = tuple(int(d) for d in shape)
         dtype = np.dtype(dtype)
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+        self.charge(nbytes, what="scratch")
         if self.arena is None:
             return self.xp.empty(dims, dtype=dtype)
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
         return self.arena.allocate(nbytes).data.view(dtype).reshape(dims)
+
+    def charge(self, nbytes: int, node: str | None = None, what: str = "values") -> None:
+        """Count an allocation against the session's memory limit, before making it."""
+        if self.guard is not None:
+            self.guard.charge(nbytes, node, what)
 
 
 class Operator:

@@ -92,7 +92,9 @@ class LoopOp(ControlFlow):
             results = self.loop_body.run_named(feeds, ctx.guard)
             going = bool(self.host_scalar(ctx, results[0]))
             carried = results[1 : 1 + self.carried]
-            scans.append(results[1 + self.carried :])
+            scanned = results[1 + self.carried :]
+            ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
+            scans.append(scanned)
             iteration += 1
         scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
         stacked = [
@@ -178,6 +180,8 @@ class ScanOp(ControlFlow):
             feeds = self.feeds(self.scan_body, (*carried, *slices), captured)
             results = self.scan_body.run_named(feeds, ctx.guard)
             carried = results[: self.states]
+            produced = sum(int(r.nbytes) for r in results[self.states :])
+            ctx.charge(produced, self.node.name, "Scan outputs")
             for k in range(self.outputs_count):
                 collected[k].append(results[self.states + k])
         stacked = []
