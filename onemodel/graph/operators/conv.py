@@ -198,6 +198,8 @@ class ConvOp(Convolution):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, w = inputs[0], inputs[1]
         (out,) = outputs
+        if out.size == 0:  # batch 0 or no output channels: nothing to compute
+            return
         placement = self.windows.place(x.shape[2:], w.shape[2:])
         ctx.kernels.conv_arrays(
             x,
@@ -269,6 +271,8 @@ class ConvTransposeOp(Convolution):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, w = inputs[0], inputs[1]
         (out,) = outputs
+        if out.size == 0:
+            return
         rank = x.ndim - 2
         _, begin = self._place(x.shape[2:], w.shape[2:])
         strides = self.windows.per_axis("strides", self.windows.strides, rank, 1)
