@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.cancellation import CancellationToken, RunGuard
@@ -69,6 +70,12 @@ class Session:
         cancel: CancellationToken | None = None,
     ) -> None:
         self.options = options = options or SessionOptions()
+        if not 1 <= model.ir_version <= onnx.IR_VERSION:
+            raise SessionError(
+                ErrorKind.INVALID_MODEL,
+                f"IR version {model.ir_version} is not one this onnx ({onnx.__version__}) "
+                f"defines (1..{onnx.IR_VERSION})",
+            )
         self.kernels = _kernels(options.backend)
         self.model_info = model
         checked = checked_by_default() if options.checked is None else options.checked

@@ -17,6 +17,8 @@ from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
+from onemodel.tensors import TensorShapeError
+from onemodel.tensors.shapes import check_shape
 
 ABSENT = -1  # the value id of an absent optional input
 _LAST_ONNX_TYPE = 28  # FLOAT6E3M2, the highest TensorProto.DataType onnx 1.23 defines
@@ -75,6 +77,13 @@ class CompiledGraph:
                     f"declares element type {meta.elem_type}, which ONNX does not define",
                     value=meta.name,
                 )
+            if meta.dims is not None and all(isinstance(d, int) for d in meta.dims):
+                try:
+                    check_shape(meta.dims)
+                except TensorShapeError as error:
+                    raise SessionError(
+                        ErrorKind.INVALID_MODEL, f"declares {error}", value=meta.name
+                    ) from None
         self.output_ids = [self.value_id(info.name) for info in graph.outputs]
         used = {i for node in self.nodes for i in node.inputs} | set(self.output_ids)
         self.weights: dict[int, Any] = {}
