@@ -38,10 +38,7 @@ ACTIVATIONS += "Softsign Gelu Mish ThresholdedRelu Clip Shrink"
 OPS = frozenset(f"{BINARY} {UNARY} {ACTIVATIONS} Where Cast CastLike".split())
 
 # Conformance cases these operators do not pass yet, each with its reason.
-EXPECTED_FAILURES: dict[str, str] = {
-    "test_equal_string": "string tensors are out of scope: Equal refuses STRING",
-    "test_equal_string_broadcast": "string tensors are out of scope: Equal refuses STRING",
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 # --- ONNX conformance node cases ----------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from onnx import TensorProto
 
 from onemodel.graph.operators.base import (
     Array,
@@ -263,6 +264,19 @@ class Equal(Comparison):
     ufunc, types = "equal", NUMERIC | BOOL
 
 
+class EqualWithStrings(Equal):
+    """Equal from opset 19, which adds STRING: strings are host object arrays, whose
+    comparison NumPy makes element by element (str.__eq__) into the BOOL output."""
+
+    types = NUMERIC | BOOL | {TensorProto.STRING}
+
+    def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
+        if a.dtype == object:
+            np.equal(a, b, out=out)
+        else:
+            super().compute(xp, a, b, out)
+
+
 class Less(Comparison):
     ufunc = "less"
 
@@ -394,7 +408,8 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("And", 1, And),
     OpDef("Or", 1, Or),
     OpDef("Xor", 1, Xor),
-    OpDef("Equal", 1, Equal),
+    OpDef("Equal", 1, Equal, until=18),
+    OpDef("Equal", 19, EqualWithStrings),
     OpDef("Less", 1, Less),
     OpDef("Greater", 1, Greater),
     OpDef("LessOrEqual", 12, LessOrEqual),
