@@ -94,3 +94,59 @@ def test_a_model_of_100000_nodes_loads_in_seconds():
     (y,) = session.run(None, {"v0": np.arange(4, dtype=np.float32)})
     assert time.perf_counter() - started < 30  # seconds, on a shared 2-core machine
     np.testing.assert_array_equal(y, np.arange(4, dtype=np.float32))
+
+
+def _varint(value: int) -> bytes:
+    encoded = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        encoded.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(encoded)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, encoded by hand: Python's protobuf cannot even build a
+    message nested this deep."""
+    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _graph_attribute(name: bytes, graph: bytes) -> bytes:
+    return _field(1, name) + _field(6, graph) + _varint(20 << 3) + _varint(5)  # type GRAPH
+
+
+def nested_if_model(depth: int) -> bytes:
+    """Model bytes whose If nodes nest `depth` deep, each then_branch holding the next If."""
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1]).SerializeToString()
+    leaf = _field(1, _field(1, b"x") + _field(2, b"y") + _field(4, b"Identity")) + _field(
+        12, output
+    )
+    body = leaf
+    for level in range(depth):
+        node = (
+            _field(1, b"c")
+            + _field(2, b"y")
+            + _field(4, b"If")
+            + _field(5, _graph_attribute(b"then_branch", body))
+            + _field(5, _graph_attribute(b"else_branch", leaf))
+        )
+        body = _field(1, node) + _field(2, f"g{level}".encode()) + _field(12, output)
+    inputs = b"".join(
+        _field(11, helper.make_tensor_value_info(n, t, s).SerializeToString())
+        for n, t, s in (("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [1]))
+    )
+    opset = helper.make_opsetid("", 17).SerializeToString()
+    return _varint(1 << 3) + _varint(8) + _field(7, body + inputs) + _field(8, opset)
+
+
+@pytest.mark.parametrize("depth", [3, 30, 200])
+def test_if_nested_deep_runs_or_is_refused_cleanly(depth):
+    data = nested_if_model(depth)
+    try:
+        session = Session.load(data)
+    except SessionError as error:
+        assert error.kind is ErrorKind.INVALID_MODEL
+        assert depth > 30  # shallow nesting must work
+        return
+    (y,) = session.run(None, {"c": np.array(True), "x": np.array([4.0], np.float32)})
+    assert y.tolist() == [4.0]
