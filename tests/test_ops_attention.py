@@ -5,53 +5,24 @@ cases of these op types through the operator harness, and onnxruntime as an orac
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from collections.abc import Iterator
-
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from conformance_cases import case_params, node_cases, run_case
+from onnx import helper
+from operator_harness import assert_matches_onnxruntime, refused, run_node
 
-from onemodel.errors import ErrorKind, SessionError
-from tests.operator_harness import run_node
+from onemodel.errors import ErrorKind
 
 OP_TYPES = frozenset({
     "Attention", "FlexAttention", "LinearAttention", "RMSNormalization", "RotaryEmbedding",
     "CausalConvWithState", "Swish", "SwiGLU",
 })  # fmt: skip
-# The modules of onnx.backend.test.case.node that make the cases of OP_TYPES.
-CASE_MODULES = (
-    "attention", "causal_conv_with_state", "flexattention", "linear_attention",
-    "rmsnormalization", "rotaryembedding", "swiglu", "swish",
-)  # fmt: skip
 PREVIEW = "ai.onnx.preview"
 
 # -- the ONNX backend conformance node cases ------------------------------------------------
 
-Case = tuple[onnx.ModelProto, list, list]
-
-
-def _generated_cases() -> Iterator[tuple[str, Case]]:
-    """The cases made in-process by onnx's generators (onnx 1.23 wheels ship no data files)."""
-    package = "onnx.backend.test.case.node"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        for name in CASE_MODULES:
-            importlib.import_module(f"{package}.{name}")
-    for case in importlib.import_module(package)._NodeTestCases:
-        inputs, outputs = case.data_sets[0]
-        yield case.name, (case.model, list(inputs), list(outputs))
-
-
-CASES = {
-    name: case
-    for name, case in _generated_cases()
-    if "_expanded" not in name
-    and len(case[0].graph.node) == 1
-    and case[0].graph.node[0].op_type in OP_TYPES
-}
+CASES = node_cases(OP_TYPES)
 
 EXPECTED_FAILURES = {
     # score_mod / prob_mod subgraphs run as nested executors of a session: the one-node harness
@@ -64,45 +35,14 @@ EXPECTED_FAILURES = {
 }
 
 
-def _array(value: object) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-def _run_case(model: onnx.ModelProto, inputs: list, outputs: list) -> None:
-    (node,) = model.graph.node
-    domain = node.domain if node.domain != "ai.onnx" else ""
-    opset = next(o.version for o in model.opset_import if o.domain in {domain, f"ai.onnx{domain}"})
-    given = iter(_array(x) for x in inputs)
-    arrays = [next(given) if name else None for name in node.input]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    results = run_node(
-        node.op_type, arrays, attributes, opset=opset, outputs=len(node.output), domain=domain
-    )
-    produced = [r for r, name in zip(results, node.output, strict=True) if name]
-    for result, expected in zip(produced, outputs, strict=True):
-        expected = _array(expected)
-        assert result.dtype == expected.dtype
-        assert result.shape == expected.shape
-        # onnx's runner allows two ulps of bfloat16 (rtol 2⁻⁶) and 1e-3 otherwise.
-        rtol = 2**-6 if expected.dtype.name == "bfloat16" else 1e-3
-        np.testing.assert_allclose(
-            result.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=1e-7
-        )
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True)) if n in EXPECTED_FAILURES else n
-        for n in sorted(CASES)
-    ],
-)
+@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
 def test_conformance(name: str) -> None:
-    _run_case(*CASES[name])
+    # onnx's runner allows two ulps of bfloat16 (rtol 2⁻⁶) and 1e-3 otherwise.
+    run_case(CASES[name], bfloat16_rtol=2**-6)
 
 
 def test_every_op_type_has_conformance_cases() -> None:
-    covered = {case[0].graph.node[0].op_type for case in CASES.values()}
+    covered = {case.op_type for case in CASES.values()}
     assert covered == OP_TYPES
 
 
@@ -113,65 +53,6 @@ RNG = np.random.default_rng(20261201)
 
 def normal(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def onnxruntime_outputs(
-    op_type: str, inputs: list[np.ndarray | None], attributes: dict, opset: int, outputs: int = 1
-) -> list[np.ndarray]:
-    """One node run by onnxruntime (the oracle); absent inputs are empty names."""
-    import onnxruntime
-
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    given = [(n, x) for n, x in zip(names, inputs, strict=True) if x is not None]
-    out_names = [f"out{i}" for i in range(outputs)]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, names, out_names, **attributes)],
-        "oracle",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in given
-        ],
-        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in out_names],
-    )
-    for value in graph.output:  # onnxruntime wants an element type: the inputs' one
-        value.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(given[0][1].dtype)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, dict(given))
-
-
-def assert_matches_onnxruntime(
-    op_type: str,
-    inputs: list[np.ndarray | None],
-    attributes: dict | None = None,
-    *,
-    opset: int,
-    outputs: int = 1,
-    rtol: float = 1e-5,
-    atol: float = 1e-5,
-) -> list[np.ndarray]:
-    attributes = attributes or {}
-    expected = onnxruntime_outputs(op_type, inputs, attributes, opset, outputs)
-    results = run_node(op_type, inputs, attributes, opset=opset, outputs=outputs)
-    for result, wanted in zip(results, expected, strict=True):
-        assert result.dtype == wanted.dtype
-        assert result.shape == wanted.shape
-        np.testing.assert_allclose(result, wanted, rtol=rtol, atol=atol)
-    return results
-
-
-def refused(
-    kind: ErrorKind, op_type: str, inputs: list, attributes: dict | None = None, **options: object
-) -> SessionError:
-    with pytest.raises(SessionError) as caught:
-        run_node(op_type, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return caught.value
 
 
 # -- Attention -------------------------------------------------------------------------------

@@ -8,22 +8,18 @@ implements the case.
 
 from __future__ import annotations
 
-import importlib
 import math
-import pathlib
-import re
 from typing import Any
 
 import ml_dtypes
 import numpy as np
-import onnx
-import onnx.backend.test.case.node as node_cases
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-from operator_harness import run_node
+from conformance_cases import case_params, node_cases, run_case
+from onnx import TensorProto
+from operator_harness import one_node_model, onnxruntime_run, refused, run_node
 
 from onemodel.backends import KernelPaths
-from onemodel.errors import ErrorKind, SessionError
+from onemodel.errors import ErrorKind
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import InferContext, NodeInfo, RunContext, TensorSpec
 from onemodel.graph.operators.unary import erfc
@@ -43,74 +39,16 @@ EXPECTED_FAILURES: dict[str, str] = {}
 
 # --- ONNX conformance node cases ----------------------------------------------------------------
 
-
-def _conformance_cases() -> list[Any]:
-    """The single-node cases of OPS. onnx >= 1.21 ships no node data files: the cases are made
-    by the modules of onnx.backend.test.case.node, so only the modules that build nodes of OPS
-    are imported (all of them take seconds)."""
-    folder = pathlib.Path(node_cases.__file__).parent
-    pattern = re.compile(r'make_node\(\s*"(\w+)"')
-    for path in sorted(folder.glob("*.py")):
-        if OPS.intersection(pattern.findall(path.read_text())):
-            with np.errstate(all="ignore"):
-                importlib.import_module(f"{node_cases.__name__}.{path.stem}")
-    cases = {}
-    for case in node_cases._NodeTestCases:
-        nodes = case.model.graph.node
-        if len(nodes) == 1 and nodes[0].op_type in OPS and "_expanded" not in case.name:
-            cases[case.name] = case
-    return [cases[name] for name in sorted(cases)]
+CASES = node_cases(OPS)
 
 
-CASES = _conformance_cases()
-
-
-def _array(value: Any) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-def _attribute(proto: onnx.AttributeProto) -> Any:
-    """As the importer gives attributes: strings as text."""
-    value = helper.get_attribute_value(proto)
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _comparable(array: np.ndarray) -> np.ndarray:
-    """ml_dtypes arrays (bfloat16, float8, int4...) as float64 for assert_allclose."""
-    return array.astype(np.float64) if array.dtype.kind == "V" else array
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(
-            case,
-            id=case.name,
-            marks=[pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[case.name])]
-            if case.name in EXPECTED_FAILURES
-            else [],
-        )
-        for case in CASES
-    ],
-)
-def test_conformance_node_case(case: Any) -> None:
-    (node,) = case.model.graph.node
-    (opset,) = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")]
-    ((given, expected),) = case.data_sets
-    given = iter(_array(x) for x in given)
-    inputs = [next(given) if name else None for name in node.input]
-    attributes = {a.name: _attribute(a) for a in node.attribute}
-    results = run_node(node.op_type, inputs, attributes, opset=opset, outputs=len(node.output))
-    for result, want in zip(results, (_array(x) for x in expected), strict=True):
-        assert result.dtype == want.dtype
-        assert result.shape == want.shape
-        np.testing.assert_allclose(
-            _comparable(result), _comparable(want), rtol=1e-3, atol=1e-7, equal_nan=True
-        )
+@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
+def test_conformance_node_case(name: str) -> None:
+    run_case(CASES[name])
 
 
 def test_conformance_cases_cover_every_operator() -> None:
-    covered = {case.model.graph.node[0].op_type for case in CASES}
+    covered = {case.op_type for case in CASES.values()}
     assert covered == OPS
 
 
@@ -124,24 +62,7 @@ def ort_run(
     opset: int = 17,
 ) -> np.ndarray:
     """onnxruntime's result for one node."""
-    import onnxruntime  # an oracle only; the package never imports it
-
-    names = [f"in{i}" for i in range(len(inputs))]
-    node = helper.make_node(op_type, names, ["out"], **(attributes or {}))
-    graph = helper.make_graph(
-        [node],
-        "one_node",
-        [
-            helper.make_tensor_value_info(n, onnx_code_for_numpy(x.dtype), x.shape)
-            for n, x in zip(names, inputs, strict=True)
-        ],
-        [helper.make_value_info("out", onnx.TypeProto())],
-    )
-    model = helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", opset)])
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    (result,) = session.run(None, dict(zip(names, inputs, strict=True)))
+    (result,) = onnxruntime_run(*one_node_model(op_type, inputs, attributes, opset=opset))
     return result
 
 
@@ -179,15 +100,6 @@ def rng_values(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray:
             dtype
         )
     return (rng.standard_normal(shape) * 3).astype(dtype)
-
-
-def expect_error(
-    kind: ErrorKind, *args: Any, match: str | None = None, **kwargs: Any
-) -> SessionError:
-    with pytest.raises(SessionError, match=match) as caught:
-        run_node(*args, **kwargs)
-    assert caught.value.kind is kind
-    return caught.value
 
 
 # --- against onnxruntime -------------------------------------------------------------------------
@@ -363,7 +275,7 @@ def test_mod_follows_the_divisor_sign_by_default_and_the_dividend_sign_with_fmod
     b = np.array([3, 3, -3, -3], dtype=np.int32)
     np.testing.assert_array_equal(run_node("Mod", [a, b], opset=13)[0], [2, 1, -1, -2])
     np.testing.assert_array_equal(run_node("Mod", [a, b], {"fmod": 1})[0], [-1, 1, -1, 1])
-    expect_error(ErrorKind.INVALID_MODEL, "Mod", [a, b], {"fmod": 2}, match="fmod")
+    refused(ErrorKind.INVALID_MODEL, "Mod", [a, b], {"fmod": 2}, match="fmod")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, ml_dtypes.bfloat16])
@@ -395,7 +307,7 @@ def test_bitshift_amounts_outside_the_width() -> None:
     right = run_node("BitShift", [x, amount], {"direction": "RIGHT"}, opset=28)[0]
     np.testing.assert_array_equal(left, [0, 0, 0, -128])
     np.testing.assert_array_equal(right, [0, -1, -1, 32])
-    expect_error(ErrorKind.INVALID_MODEL, "BitShift", [x, amount], {"direction": "UP"})
+    refused(ErrorKind.INVALID_MODEL, "BitShift", [x, amount], {"direction": "UP"})
 
 
 def test_bitwise_and_logical_operators() -> None:
@@ -417,19 +329,19 @@ def test_bitwise_and_logical_operators() -> None:
 
 def test_shapes_that_do_not_broadcast_are_bad_input_naming_the_shapes() -> None:
     a, b = np.zeros((2, 3), np.float32), np.zeros((4,), np.float32)
-    error = expect_error(ErrorKind.INVALID_INPUT, "Add", [a, b], match=r"\(2, 3\), \(4,\)")
+    error = refused(ErrorKind.INVALID_INPUT, "Add", [a, b], match=r"\(2, 3\), \(4,\)")
     assert error.value == "in1"
     c = np.zeros((3,), np.bool_)
-    expect_error(ErrorKind.INVALID_INPUT, "Where", [c, a, b], opset=16, match="broadcast")
-    expect_error(ErrorKind.INVALID_INPUT, "Sum", [a, a, b], opset=13, match="broadcast")
+    refused(ErrorKind.INVALID_INPUT, "Where", [c, a, b], opset=16, match="broadcast")
+    refused(ErrorKind.INVALID_INPUT, "Sum", [a, a, b], opset=13, match="broadcast")
 
 
 def test_mismatched_and_undefined_types_are_invalid_models() -> None:
     a, b = np.zeros(3, np.float32), np.zeros(3, np.float64)
-    expect_error(ErrorKind.INVALID_MODEL, "Add", [a, b], match="one element type")
-    expect_error(ErrorKind.INVALID_MODEL, "Exp", [np.zeros(3, np.int32)], match="INT32")
-    expect_error(ErrorKind.INVALID_MODEL, "And", [a, a], match="FLOAT")
-    expect_error(ErrorKind.INVALID_MODEL, "Cast", [a], {"to": TensorProto.STRING})
+    refused(ErrorKind.INVALID_MODEL, "Add", [a, b], match="one element type")
+    refused(ErrorKind.INVALID_MODEL, "Exp", [np.zeros(3, np.int32)], match="INT32")
+    refused(ErrorKind.INVALID_MODEL, "And", [a, a], match="FLOAT")
+    refused(ErrorKind.INVALID_MODEL, "Cast", [a], {"to": TensorProto.STRING})
 
 
 def test_legacy_broadcast_attributes_before_opset_7() -> None:
@@ -440,10 +352,8 @@ def test_legacy_broadcast_attributes_before_opset_7() -> None:
     last = np.arange(4, dtype=np.float32)
     (ours,) = run_node("Mul", [a, last], {"broadcast": 1}, opset=6)
     np.testing.assert_array_equal(ours, a * last)
-    expect_error(ErrorKind.INVALID_INPUT, "Add", [a, last], opset=6, match="broadcast=1")
-    expect_error(
-        ErrorKind.INVALID_INPUT, "Add", [a, middle], {"broadcast": 1}, opset=6, match="axis 2"
-    )
+    refused(ErrorKind.INVALID_INPUT, "Add", [a, last], opset=6, match="broadcast=1")
+    refused(ErrorKind.INVALID_INPUT, "Add", [a, middle], {"broadcast": 1}, opset=6, match="axis 2")
     (ours,) = run_node("Less", [a, last], {"broadcast": 1}, opset=1)
     np.testing.assert_array_equal(ours, a < last)
 
@@ -458,7 +368,7 @@ def test_variadic_operators_broadcast_from_opset_8_only() -> None:
     )
     np.testing.assert_allclose(run_node("Mean", [a, b, c], opset=13)[0], (a + b + c) / 3)
     np.testing.assert_array_equal(run_node("Min", [a], opset=13)[0], a)
-    expect_error(ErrorKind.INVALID_INPUT, "Sum", [a, b], opset=6, match="one shape")
+    refused(ErrorKind.INVALID_INPUT, "Sum", [a, b], opset=6, match="one shape")
 
 
 def test_max_and_min_propagate_nan() -> None:
@@ -474,7 +384,7 @@ def test_prelu_slope_broadcasts_unidirectionally() -> None:
     (ours,) = run_node("PRelu", [x, slope], opset=16)
     np.testing.assert_allclose(ours, np.where(x < 0, x * slope, x))
     wide = np.zeros((5, 2, 3, 4), np.float32)
-    expect_error(ErrorKind.INVALID_INPUT, "PRelu", [x, wide], opset=16, match="unidirectional")
+    refused(ErrorKind.INVALID_INPUT, "PRelu", [x, wide], opset=16, match="unidirectional")
 
 
 def test_prelu_before_opset_7_takes_a_slope_per_channel() -> None:
@@ -496,9 +406,7 @@ def test_clip_bounds_by_attribute_and_by_input() -> None:
     np.testing.assert_array_equal(ours, [-3.0, -0.5, 0.0, 0.0])
     (ours,) = run_node("Clip", [x, np.array(2.0, np.float32), np.array(1.0, np.float32)])
     np.testing.assert_array_equal(ours, [1.0, 1.0, 1.0, 1.0])  # min > max gives max
-    expect_error(
-        ErrorKind.INVALID_INPUT, "Clip", [x, np.zeros(2, np.float32)], opset=13, match="scalar"
-    )
+    refused(ErrorKind.INVALID_INPUT, "Clip", [x, np.zeros(2, np.float32)], opset=13, match="scalar")
 
 
 def test_relu_turns_negative_zero_into_zero_and_keeps_nan() -> None:

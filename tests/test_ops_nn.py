@@ -5,20 +5,16 @@ backend conformance node cases of these op types.
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from conformance_cases import case_params, node_cases, run_case
+from operator_harness import assert_matches_onnxruntime, refused, run_node
 
-from onemodel.errors import ErrorKind, SessionError
+from onemodel.errors import ErrorKind
 from onemodel.graph.operators.base import NeedsRunTimeValues
-from tests.operator_harness import run_node
 
 OP_TYPES = frozenset({
     "MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
@@ -28,69 +24,10 @@ OP_TYPES = frozenset({
     "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
     "Dropout",
 })  # fmt: skip
-# The modules of onnx.backend.test.case.node that make the cases of OP_TYPES.
-CASE_MODULES = (
-    "argmax", "argmin", "averagepool", "batch_normalization", "conv", "convtranspose", "dropout",
-    "gemm", "globalaveragepool", "globalmaxpool", "groupnormalization", "hardmax",
-    "instance_normalization", "layernormalization", "logsoftmax", "lpnormalization", "lppool",
-    "matmul", "maxpool", "reduce_log_sum", "reduce_log_sum_exp", "reducel1", "reducel2",
-    "reducemax", "reducemean", "reducemin", "reduceprod", "reducesum", "reducesumsquare",
-    "softmax",
-)  # fmt: skip
 
 # -- the ONNX backend conformance node cases ------------------------------------------------
 
-Case = tuple[onnx.ModelProto, list, list]
-
-
-def _stored_cases() -> Iterator[tuple[str, Case]]:
-    """Cases from onnx/backend/test/data/node, where the installed onnx ships them."""
-    root = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
-    for directory in sorted(root.glob("test_*")):
-        data = directory / "test_data_set_0"
-        if not data.is_dir():
-            continue
-        model = onnx.load(directory / "model.onnx")
-
-        def read(prefix: str, data: Path = data) -> list:
-            return [
-                onnx.TensorProto.FromString(path.read_bytes())
-                for path in sorted(data.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem[6:]))
-            ]
-
-        yield directory.name, (model, read("input"), read("output"))
-
-
-def _generated_cases() -> Iterator[tuple[str, Case]]:
-    """The same cases made in-process by onnx's generators (wheels without the data files)."""
-    package = "onnx.backend.test.case.node"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        for name in CASE_MODULES:
-            importlib.import_module(f"{package}.{name}")
-    for case in importlib.import_module(package)._NodeTestCases:
-        inputs, outputs = case.data_sets[0]
-        yield case.name, (case.model, list(inputs), list(outputs))
-
-
-def _conformance_cases() -> dict[str, Case]:
-    """Single-node cases of OP_TYPES (the `_expanded` function bodies run elsewhere)."""
-    root = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
-    source = _stored_cases() if root.is_dir() else _generated_cases()
-    return {
-        name: case
-        for name, case in source
-        if "_expanded" not in name
-        and len(case[0].graph.node) == 1
-        and case[0].graph.node[0].op_type in OP_TYPES
-    }
-
-
-def _array(value: object) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-CASES = _conformance_cases()
+CASES = node_cases(OP_TYPES)
 
 EXPECTED_FAILURES = {
     # Training: random masks are not supported (refused by design).
@@ -101,34 +38,9 @@ EXPECTED_FAILURES = {
 }
 
 
-def _run_case(model: onnx.ModelProto, inputs: list, outputs: list) -> None:
-    (node,) = model.graph.node
-    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    given = iter(_array(x) for x in inputs)
-    arrays = [next(given) if name else None for name in node.input]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    results = run_node(node.op_type, arrays, attributes, opset=opset, outputs=len(node.output))
-    for result, expected in zip(results, outputs, strict=True):
-        expected = _array(expected)
-        assert result.dtype == expected.dtype
-        assert result.shape == expected.shape
-        if expected.dtype.kind in "biu":
-            np.testing.assert_array_equal(result, expected)
-        else:
-            np.testing.assert_allclose(
-                result.astype(np.float64), expected.astype(np.float64), rtol=1e-3, atol=1e-7
-            )
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True)) if n in EXPECTED_FAILURES else n
-        for n in CASES
-    ],
-)
+@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
 def test_conformance(name: str) -> None:
-    _run_case(*CASES[name])
+    run_case(CASES[name])
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -138,74 +50,6 @@ RNG = np.random.default_rng(20261129)
 
 def normal(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def onnxruntime_outputs(
-    op_type: str,
-    inputs: list[np.ndarray | None],
-    attributes: dict | None = None,
-    *,
-    opset: int = 17,
-    output_types: list[int] | None = None,
-) -> list[np.ndarray]:
-    """One node run by onnxruntime on one thread (the oracle)."""
-    import onnxruntime
-
-    while inputs and inputs[-1] is None:  # onnxruntime crashes on trailing empty names
-        inputs = inputs[:-1]
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    given = [(n, x) for n, x in zip(names, inputs, strict=True) if x is not None]
-    output_types = output_types or [helper.np_dtype_to_tensor_dtype(given[0][1].dtype)]
-    outputs = [f"out{i}" for i in range(len(output_types))]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, names, outputs, **(attributes or {}))],
-        "oracle",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in given
-        ],
-        [
-            helper.make_tensor_value_info(o, t, None)
-            for o, t in zip(outputs, output_types, strict=True)
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, {n: x for n, x in given})
-
-
-def assert_matches_onnxruntime(
-    op_type: str,
-    inputs: list[np.ndarray | None],
-    attributes: dict | None = None,
-    *,
-    opset: int = 17,
-    output_types: list[int] | None = None,
-    rtol: float = 1e-5,
-    atol: float = 1e-5,
-) -> list[np.ndarray]:
-    expected = onnxruntime_outputs(
-        op_type, inputs, attributes, opset=opset, output_types=output_types
-    )
-    results = run_node(op_type, inputs, attributes, opset=opset, outputs=len(expected))
-    for result, wanted in zip(results, expected, strict=True):
-        assert result.dtype == wanted.dtype
-        assert result.shape == wanted.shape
-        np.testing.assert_allclose(result, wanted, rtol=rtol, atol=atol)
-    return results
-
-
-def refused(kind: ErrorKind, op_type: str, inputs: list, attributes: dict | None = None,
-            **options: object) -> SessionError:  # fmt: skip
-    with pytest.raises(SessionError) as caught:
-        run_node(op_type, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return caught.value
 
 
 # -- MatMul and Gemm -------------------------------------------------------------------------
@@ -625,12 +469,8 @@ def test_batch_normalization_training_mode_matches_onnxruntime(opset: int, x_sha
     inputs = batch_norm_inputs(x_shape)
     attributes = {"training_mode": 1, "momentum": 0.8, "epsilon": 1e-3}
     float_type = onnx.TensorProto.FLOAT
-    expected = onnxruntime_outputs("BatchNormalization", inputs, attributes, opset=opset,
-                                   output_types=[float_type] * 3)  # fmt: skip
-    results = run_node("BatchNormalization", inputs, attributes, opset=opset, outputs=3)
-    for result, wanted in zip(results, expected, strict=True):
-        assert result.dtype == wanted.dtype and result.shape == wanted.shape
-        np.testing.assert_allclose(result, wanted, rtol=1e-5, atol=1e-5)
+    results = assert_matches_onnxruntime("BatchNormalization", inputs, attributes, opset=opset,
+                                         output_types=[float_type] * 3)  # fmt: skip
     (alone,) = run_node("BatchNormalization", inputs, attributes, opset=opset)
     np.testing.assert_array_equal(alone, results[0])
 

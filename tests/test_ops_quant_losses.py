@@ -6,135 +6,42 @@ as an oracle, and what onnxruntime does not run (narrow types, per-row zero poin
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from collections.abc import Iterator
 from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
+from conformance_cases import case_params, node_cases, run_case
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
+from operator_harness import assert_matches_onnxruntime as matches_onnxruntime
+from operator_harness import refused, run_node
 
-from onemodel.errors import ErrorKind, SessionError
-from tests.operator_harness import run_node
+from onemodel.errors import ErrorKind
 
 OP_TYPES = frozenset({
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
     "ConvInteger", "QLinearMatMul", "QLinearConv", "NegativeLogLikelihoodLoss",
     "SoftmaxCrossEntropyLoss",
 })  # fmt: skip
-# The modules of onnx.backend.test.case.node that make the cases of OP_TYPES.
-CASE_MODULES = (
-    "quantizelinear", "dequantizelinear", "dynamicquantizelinear", "matmulinteger",
-    "convinteger", "qlinearmatmul", "qlinearconv", "negativeloglikelihoodloss",
-    "softmax_cross_entropy_loss",
-)  # fmt: skip
 RNG = np.random.default_rng(20261130)
 
 # -- the ONNX backend conformance node cases -------------------------------------------------
 
-Case = tuple[onnx.ModelProto, list, list]
+CASES = node_cases(OP_TYPES)
 
 
-def _generated_cases() -> Iterator[tuple[str, Case]]:
-    """The single-node cases of OP_TYPES, made in-process by onnx's generators (onnx 1.23 ships
-    no data files); the `_expanded` function bodies run in the session-level suite."""
-    package = "onnx.backend.test.case.node"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        for name in CASE_MODULES:
-            importlib.import_module(f"{package}.{name}")
-    for case in importlib.import_module(package)._NodeTestCases:
-        nodes = case.model.graph.node
-        if "_expanded" in case.name or len(nodes) != 1 or nodes[0].op_type not in OP_TYPES:
-            continue
-        inputs, outputs = case.data_sets[0]
-        yield case.name, (case.model, list(inputs), list(outputs))
-
-
-CASES = dict(_generated_cases())
-
-
-def _array(value: object) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-def assert_same(result: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> None:
-    """Equal type and shape; integers exactly, floats (narrow ones as float32) within tolerance,
-    NaN matching NaN."""
-    assert result.dtype == expected.dtype
-    assert result.shape == expected.shape
-    if expected.dtype.kind in "biu":
-        np.testing.assert_array_equal(result, expected)
-    else:
-        np.testing.assert_allclose(
-            result.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol
-        )
-
-
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", case_params(CASES))
 def test_conformance(name: str) -> None:
-    model, inputs, outputs = CASES[name]
-    (node,) = model.graph.node
-    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    given_inputs = iter(_array(x) for x in inputs)
-    arrays = [next(given_inputs) if name else None for name in node.input]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    results = run_node(node.op_type, arrays, attributes, opset=opset, outputs=len(node.output))
-    for result, expected in zip(results, outputs, strict=True):
-        assert_same(result, _array(expected), rtol=1e-3, atol=1e-7)
+    run_case(CASES[name])
 
 
 def test_every_op_type_has_conformance_cases() -> None:
-    assert {CASES[name][0].graph.node[0].op_type for name in CASES} == OP_TYPES
+    assert {case.op_type for case in CASES.values()} == OP_TYPES
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _is_narrow(array: np.ndarray) -> bool:
-    """ml_dtypes types (float8, int4...): onnxruntime's Python API cannot feed them as inputs,
-    so they become initializers."""
-    return array.dtype.type.__module__ == "ml_dtypes"
-
-
-def onnxruntime_outputs(
-    op_type: str, inputs: list, attributes: dict | None = None, *, opset: int, outputs: int = 1
-) -> list[np.ndarray]:
-    """One node run by onnxruntime on one thread (the oracle); float8 outputs come back as
-    their uint8 bit patterns."""
-    import onnxruntime
-
-    inputs = [None if x is None else np.asarray(x) for x in inputs]
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    given_inputs = [(n, x) for n, x in zip(names, inputs, strict=True) if x is not None]
-    fed = [(n, x) for n, x in given_inputs if not _is_narrow(x)]
-    graph = helper.make_graph(
-        [
-            helper.make_node(
-                op_type, names, [f"out{i}" for i in range(outputs)], **(attributes or {})
-            )
-        ],
-        "oracle",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in fed
-        ],
-        [helper.make_value_info(f"out{i}", onnx.TypeProto()) for i in range(outputs)],
-        initializer=[numpy_helper.from_array(x, n) for n, x in given_inputs if _is_narrow(x)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, dict(fed))
 
 
 def assert_matches_onnxruntime(
@@ -147,22 +54,12 @@ def assert_matches_onnxruntime(
     rtol: float = 0.0,
     atol: float = 0.0,
 ) -> list[np.ndarray]:
-    """Bit-identical integer outputs (and floats within rtol/atol) to onnxruntime's."""
-    expected = onnxruntime_outputs(op_type, inputs, attributes, opset=opset, outputs=outputs)
-    results = run_node(op_type, inputs, attributes, opset=opset, outputs=outputs)
-    for result, wanted in zip(results, expected, strict=True):
-        if _is_narrow(result) and wanted.dtype == np.uint8:  # float8 as onnxruntime's bits
-            result = result.view(np.uint8)
-        assert_same(result, wanted, rtol=rtol, atol=atol)
-    return results
-
-
-def refused(kind: ErrorKind, op_type: str, inputs: list, attributes: dict | None = None,
-            **options: object) -> SessionError:  # fmt: skip
-    with pytest.raises(SessionError) as caught:
-        run_node(op_type, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return caught.value
+    """Bit-identical integer outputs (and floats within rtol/atol) to onnxruntime's, whose
+    output types are its own."""
+    return matches_onnxruntime(
+        op_type, inputs, attributes, opset=opset, output_types=[None] * outputs, rtol=rtol,
+        atol=atol,
+    )  # fmt: skip
 
 
 def integers(dtype: type, *shape: int) -> np.ndarray:

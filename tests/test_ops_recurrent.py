@@ -4,23 +4,20 @@ absent outputs, empty batches and sequences)."""
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from typing import Any
 
 import ml_dtypes
 import numpy as np
-import onnx
-import onnx.backend.test.case.node as node_cases
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conformance_cases import case_params, node_cases, run_case
+from onnx import TensorProto
+from operator_harness import assert_same, one_node_model, onnxruntime_outputs, refused, run_node
 
 from onemodel import Session, SessionOptions
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.importer import model_from_proto
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import InferContext, NodeInfo, TensorSpec
-from tests.operator_harness import run_node
 
 OPS = ("RNN", "GRU", "LSTM")
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -32,59 +29,16 @@ STATE_OUTPUTS = {"RNN": 1, "GRU": 1, "LSTM": 2}
 # Conformance cases these operators do not pass yet, each with its reason (none at present).
 EXPECTED_FAILURES: dict[str, str] = {}
 
-
-def _conformance_cases() -> dict[str, Any]:
-    """Single-node cases of OPS, made in-process (onnx 1.23 ships no node data files)."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        for module in ("rnn", "gru", "lstm"):
-            importlib.import_module(f"{node_cases.__name__}.{module}")
-    return {
-        case.name: case
-        for case in node_cases._NodeTestCases
-        if len(case.model.graph.node) == 1
-        and case.model.graph.node[0].op_type in OPS
-        and "_expanded" not in case.name
-    }
+CASES = node_cases(OPS)
 
 
-CASES = _conformance_cases()
-
-
-def _array(value: Any) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[n]))
-        if n in EXPECTED_FAILURES
-        else n
-        for n in sorted(CASES)
-    ],
-)
+@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
 def test_conformance(name: str) -> None:
-    case = CASES[name]
-    (node,) = case.model.graph.node
-    opset = next(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
-    inputs, outputs = case.data_sets[0]
-    given = iter(_array(x) for x in inputs)
-    arrays = [next(given) if name else None for name in node.input]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    results = run_node(node.op_type, arrays, attributes, opset=opset, outputs=len(node.output))
-    named = [result for result, name in zip(results, node.output, strict=True) if name]
-    for result, expected in zip(named, outputs, strict=True):
-        expected = _array(expected)
-        assert result.dtype == expected.dtype
-        assert result.shape == expected.shape
-        np.testing.assert_allclose(
-            result.astype(np.float64), expected.astype(np.float64), rtol=1e-3, atol=1e-7
-        )
+    run_case(CASES[name])
 
 
 def test_every_conformance_op_is_covered() -> None:
-    assert {case.model.graph.node[0].op_type for case in CASES.values()} == set(OPS)
+    assert {case.op_type for case in CASES.values()} == set(OPS)
     assert len(CASES) >= 18
 
 
@@ -172,42 +126,17 @@ class Config:
         return 1 + STATE_OUTPUTS[self.op]
 
 
-def onnxruntime_outputs(
-    op: str, inputs: list[np.ndarray | None], attributes: dict, outputs: int, opset: int = 14
-) -> list[np.ndarray]:
-    import onnxruntime
-
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    given = [(n, x) for n, x in zip(names, inputs, strict=True) if x is not None]
-    results = [f"out{i}" for i in range(outputs)]
-    graph = helper.make_graph(
-        [helper.make_node(op, names, results, **attributes)],
-        "oracle",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in given
-        ],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in results],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, dict(given))
-
-
 @pytest.mark.parametrize("seed", range(60))
 @pytest.mark.parametrize("op", OPS)
 def test_matches_onnxruntime(op: str, seed: int) -> None:
     config = Config(op, seed)
-    expected = onnxruntime_outputs(op, config.inputs, config.oracle, config.outputs)
+    expected = onnxruntime_outputs(
+        op, config.inputs, config.oracle, opset=14, outputs=config.outputs,
+        output_types=TensorProto.FLOAT,
+    )  # fmt: skip
     results = run_node(op, config.inputs, config.attributes, opset=14, outputs=config.outputs)
     for result, wanted in zip(results, expected, strict=True):
-        assert result.dtype == wanted.dtype and result.shape == wanted.shape
-        np.testing.assert_allclose(result, wanted, rtol=1e-4, atol=2e-5)
+        assert_same(result, wanted, rtol=1e-4, atol=2e-5)
 
 
 def _to_batch_major(config: Config) -> list[np.ndarray | None]:
@@ -311,7 +240,7 @@ def test_other_float_types_keep_their_type(op: str, dtype: Any, opset: int, rtol
 def test_bfloat16_before_opset_22_is_refused() -> None:
     config = Config("RNN", 1)
     inputs = [x.astype(ml_dtypes.bfloat16) if x.dtype == np.float32 else x for x in config.inputs]
-    assert refused(ErrorKind.INVALID_MODEL, "RNN", inputs, config.attributes, opset=21, outputs=2)
+    refused(ErrorKind.INVALID_MODEL, "RNN", inputs, config.attributes, opset=21, outputs=2)
 
 
 # -- empty batches and sequences, absent outputs ---------------------------------------------
@@ -346,19 +275,9 @@ def test_empty_sequence_keeps_the_initial_state(op: str) -> None:
 
 
 def session_outputs(op: str, config: Config, outputs: list[str]) -> dict[str, np.ndarray]:
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(config.inputs)]
-    given = {n: x for n, x in zip(names, config.inputs, strict=True) if x is not None}
-    node = helper.make_node(op, names, outputs, **config.attributes)
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in given.items()
-        ],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs if o],
+    model, given = one_node_model(
+        op, config.inputs, config.attributes, outputs=outputs, output_types=TensorProto.FLOAT
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     session = Session.create(model_from_proto(model), SessionOptions())
     wanted = [o for o in outputs if o]
     return dict(zip(wanted, session.run(wanted, given), strict=True))
@@ -448,13 +367,6 @@ def test_one_direction_keeps_the_first_half_of_a_two_direction_list() -> None:
 # -- refusals ----------------------------------------------------------------------------------
 
 
-def refused(kind: ErrorKind, op: str, inputs: list, attributes: dict, **options: Any) -> bool:
-    with pytest.raises(SessionError) as caught:
-        run_node(op, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return True
-
-
 X = np.zeros((2, 1, 3), np.float32)
 W = np.zeros((1, 4, 3), np.float32)
 R = np.zeros((1, 4, 4), np.float32)
@@ -491,18 +403,16 @@ def test_bad_attributes_make_the_model_invalid(attributes: dict, what: str) -> N
     ],
 )
 def test_bad_shapes_and_lengths_are_bad_input(inputs: list, attributes: dict) -> None:
-    assert refused(ErrorKind.INVALID_INPUT, "RNN", inputs, attributes, outputs=2)
+    refused(ErrorKind.INVALID_INPUT, "RNN", inputs, attributes, outputs=2)
 
 
 def test_wrong_types_make_the_model_invalid() -> None:
-    assert refused(
-        ErrorKind.INVALID_MODEL, "RNN", [X, W, R, None, np.array([1], np.int64)], {}, outputs=2
-    )
-    assert refused(ErrorKind.INVALID_MODEL, "RNN", [X, W.astype(np.float64), R], {}, outputs=2)
+    refused(ErrorKind.INVALID_MODEL, "RNN", [X, W, R, None, np.array([1], np.int64)], {}, outputs=2)
+    refused(ErrorKind.INVALID_MODEL, "RNN", [X, W.astype(np.float64), R], {}, outputs=2)
 
 
 def test_lstm_peepholes_must_have_three_blocks_per_direction() -> None:
     w, r = np.zeros((1, 16, 3), np.float32), np.zeros((1, 16, 4), np.float32)
     p = np.zeros((1, 8), np.float32)
     inputs = [X, w, r, None, None, None, None, p]
-    assert refused(ErrorKind.INVALID_INPUT, "LSTM", inputs, {}, outputs=3)
+    refused(ErrorKind.INVALID_INPUT, "LSTM", inputs, {}, outputs=3)

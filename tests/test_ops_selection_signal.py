@@ -5,19 +5,18 @@ conformance node cases of these op types.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from collections.abc import Iterator
+import functools
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conformance_cases import case_params, node_cases, run_case
+from onnx import TensorProto
+from operator_harness import assert_matches_onnxruntime as matches_onnxruntime
+from operator_harness import onnxruntime_outputs, refused, run_node
 
-from onemodel.errors import ErrorKind, SessionError
+from onemodel.errors import ErrorKind
 from onemodel.graph.operators.base import NeedsRunTimeValues
-from tests.operator_harness import run_node
 
 OP_TYPES = frozenset({
     "TopK", "NonZero", "Unique", "Compress", "NonMaxSuppression", "CumSum", "CumProd",
@@ -25,37 +24,10 @@ OP_TYPES = frozenset({
     "RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
     "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
 })  # fmt: skip
-# The modules of onnx.backend.test.case.node that make the cases of OP_TYPES.
-CASE_MODULES = (
-    "bernoulli", "bitcast", "blackmanwindow", "compress", "cumprod", "cumsum", "det", "dft",
-    "einsum", "hammingwindow", "hannwindow", "meanvariancenormalization", "melweightmatrix",
-    "nonmaxsuppression", "nonzero", "stft", "tensorscatter", "topk", "unique",
-)  # fmt: skip
 
 # -- the ONNX backend conformance node cases ------------------------------------------------
 
-Case = tuple[onnx.ModelProto, list, list]
-
-
-def _generated_cases() -> Iterator[tuple[str, Case]]:
-    """The cases made in-process by onnx's generators (onnx 1.23 ships no data files)."""
-    package = "onnx.backend.test.case.node"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        for name in CASE_MODULES:
-            importlib.import_module(f"{package}.{name}")
-    for case in importlib.import_module(package)._NodeTestCases:
-        inputs, outputs = case.data_sets[0]
-        yield case.name, (case.model, list(inputs), list(outputs))
-
-
-CASES = {
-    name: case
-    for name, case in _generated_cases()
-    if "_expanded" not in name
-    and len(case[0].graph.node) == 1
-    and case[0].graph.node[0].op_type in OP_TYPES
-}
+CASES = node_cases(OP_TYPES)
 
 EXPECTED_FAILURES = {
     # Random draws: the expected outputs are one draw of numpy's generator.
@@ -65,38 +37,9 @@ EXPECTED_FAILURES = {
 }
 
 
-def _array(value: object) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-def _run_case(model: onnx.ModelProto, inputs: list, outputs: list) -> None:
-    (node,) = model.graph.node
-    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    given = iter(_array(x) for x in inputs)
-    arrays = [np.asarray(next(given)) if name else None for name in node.input]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    results = run_node(node.op_type, arrays, attributes, opset=opset, outputs=len(node.output))
-    for result, expected in zip(results, outputs, strict=True):
-        expected = np.asarray(_array(expected))
-        assert result.dtype == expected.dtype
-        assert result.shape == expected.shape
-        if expected.dtype.kind in "biu":
-            np.testing.assert_array_equal(result, expected)
-        else:
-            np.testing.assert_allclose(
-                result.astype(np.float64), expected.astype(np.float64), rtol=1e-3, atol=1e-7
-            )
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True)) if n in EXPECTED_FAILURES else n
-        for n in CASES
-    ],
-)
+@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
 def test_conformance(name: str) -> None:
-    _run_case(*CASES[name])
+    run_case(CASES[name])
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -112,73 +55,8 @@ def int64(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def onnxruntime_outputs(
-    op_type: str,
-    inputs: list[np.ndarray | None],
-    attributes: dict | None = None,
-    *,
-    opset: int = 17,
-    output_types: list[int] | None = None,
-) -> list[np.ndarray]:
-    """One node run by onnxruntime on one thread (the oracle)."""
-    import onnxruntime
-
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    while names and not names[-1]:  # onnxruntime rejects trailing empty names
-        names.pop()
-    given = [(n, x) for n, x in zip(names, inputs, strict=False) if x is not None]
-    output_types = output_types or [helper.np_dtype_to_tensor_dtype(given[0][1].dtype)]
-    outputs = [f"out{i}" for i in range(len(output_types))]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, names, outputs, **(attributes or {}))],
-        "oracle",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in given
-        ],
-        [
-            helper.make_tensor_value_info(o, t, None)
-            for o, t in zip(outputs, output_types, strict=True)
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, dict(given))
-
-
-def assert_matches_onnxruntime(
-    op_type: str,
-    inputs: list[np.ndarray | None],
-    attributes: dict | None = None,
-    *,
-    opset: int = 17,
-    output_types: list[int] | None = None,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
-) -> list[np.ndarray]:
-    expected = onnxruntime_outputs(
-        op_type, inputs, attributes, opset=opset, output_types=output_types
-    )
-    results = run_node(op_type, inputs, attributes, opset=opset, outputs=len(expected))
-    for result, wanted in zip(results, expected, strict=True):
-        assert result.dtype == wanted.dtype
-        assert result.shape == wanted.shape
-        np.testing.assert_allclose(result, wanted, rtol=rtol, atol=atol)
-    return results
-
-
-def refused(kind: ErrorKind, op_type: str, inputs: list, attributes: dict | None = None,
-            **options: object) -> SessionError:  # fmt: skip
-    with pytest.raises(SessionError) as caught:
-        run_node(op_type, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return caught.value
+# Against onnxruntime to an atol of 1e-6 (the harness's default rtol, 1e-5).
+assert_matches_onnxruntime = functools.partial(matches_onnxruntime, atol=1e-6)
 
 
 # -- TopK ------------------------------------------------------------------------------------

@@ -9,21 +9,17 @@ onnxruntime does not), and pin down the choices where the two oracles and the re
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import pathlib
-import re
 from typing import Any
 
 import ml_dtypes
 import numpy as np
-import onnx
-import onnx.backend.test.case.node as node_cases
 import pytest
-from onnx import helper, numpy_helper
-from operator_harness import run_node
+from conformance_cases import case_params, node_cases, run_case
+from onnx import TensorProto
+from operator_harness import assert_matches_onnxruntime, onnxruntime_outputs, refused, run_node
 
-from onemodel.errors import ErrorKind, SessionError
+from onemodel.errors import ErrorKind
 from onemodel.graph.operators.base import NeedsRunTimeValues
 
 RESAMPLING = {"Resize", "Upsample", "GridSample", "AffineGrid", "RoiAlign"}
@@ -36,66 +32,16 @@ EXPECTED_FAILURES: dict[str, str] = {}
 
 # --- ONNX conformance node cases ----------------------------------------------------------------
 
-
-def _conformance_cases() -> list[Any]:
-    """The single-node cases of OPS, made by the modules of onnx.backend.test.case.node that
-    build nodes of OPS (onnx >= 1.21 ships no node data files)."""
-    folder = pathlib.Path(node_cases.__file__).parent
-    pattern = re.compile(r'make_node\(\s*"(\w+)"')
-    for path in sorted(folder.glob("*.py")):
-        if OPS.intersection(pattern.findall(path.read_text())):
-            with np.errstate(all="ignore"):
-                importlib.import_module(f"{node_cases.__name__}.{path.stem}")
-    cases = {}
-    for case in node_cases._NodeTestCases:
-        nodes = case.model.graph.node
-        if len(nodes) == 1 and nodes[0].op_type in OPS and "_expanded" not in case.name:
-            cases[case.name] = case
-    return [cases[name] for name in sorted(cases)]
+CASES = node_cases(OPS)
 
 
-CASES = _conformance_cases()
-
-
-def _array(value: Any) -> np.ndarray:
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
-
-
-def _attribute(proto: onnx.AttributeProto) -> Any:
-    """As the importer gives attributes: strings as text."""
-    value = helper.get_attribute_value(proto)
-    return value.decode() if isinstance(value, bytes) else value
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[c.name]))
-        if c.name in EXPECTED_FAILURES
-        else c
-        for c in CASES
-    ],
-    ids=lambda c: c.name,
-)
-def test_conformance(case: Any) -> None:
-    (node,) = case.model.graph.node
-    opset = next(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
-    inputs, outputs = case.data_sets[0]
-    given = iter(_array(x) for x in inputs)
-    arrays = [next(given) if name else None for name in node.input]
-    attributes = {a.name: _attribute(a) for a in node.attribute}
-    results = run_node(node.op_type, arrays, attributes, opset=opset, outputs=len(node.output))
-    for result, expected in zip(results, outputs, strict=True):
-        expected = _array(expected)
-        assert result.dtype == expected.dtype
-        assert result.shape == expected.shape
-        np.testing.assert_allclose(
-            result.astype(np.float64), expected.astype(np.float64), rtol=1e-3, atol=1e-7
-        )
+@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
+def test_conformance(name: str) -> None:
+    run_case(CASES[name])
 
 
 def test_conformance_cases_cover_every_op() -> None:
-    covered = {case.model.graph.node[0].op_type for case in CASES}
+    covered = {case.op_type for case in CASES.values()}
     assert covered == OPS
 
 
@@ -116,55 +62,11 @@ def i64(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def ort_run(op_type: str, inputs: list, attributes: dict | None = None, *, opset: int) -> list:
-    """One node run by onnxruntime (the oracle)."""
-    import onnxruntime
-
-    while inputs and inputs[-1] is None:
-        inputs = inputs[:-1]
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    given = [(n, x) for n, x in zip(names, inputs, strict=True) if x is not None]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, names, ["out"], **(attributes or {}))],
-        "oracle",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in given
-        ],
-        [
-            helper.make_tensor_value_info(
-                "out", helper.np_dtype_to_tensor_dtype(inputs[0].dtype), None
-            )
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, dict(given))
-
-
 def check_against_ort(
     op_type: str, inputs: list, attributes: dict | None = None, *, opset: int, atol: float = 1e-5
 ) -> np.ndarray:
-    (expected,) = ort_run(op_type, list(inputs), attributes, opset=opset)
-    (result,) = run_node(op_type, inputs, attributes, opset=opset)
-    assert result.dtype == expected.dtype
-    assert result.shape == expected.shape
-    np.testing.assert_allclose(result, expected, rtol=1e-5, atol=atol)
+    (result,) = assert_matches_onnxruntime(op_type, inputs, attributes, opset=opset, atol=atol)
     return result
-
-
-def refused(kind: ErrorKind, op_type: str, inputs: list, attributes: dict | None = None,
-            **options: Any) -> SessionError:  # fmt: skip
-    with pytest.raises(SessionError) as caught:
-        run_node(op_type, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return caught.value
 
 
 # --- Resize and Upsample ------------------------------------------------------------------------
@@ -523,22 +425,10 @@ def test_max_unpool_inverts_max_pool_as_onnxruntime_does() -> None:
 
 
 def ort_pool(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    import onnxruntime
-
-    graph = helper.make_graph(
-        [helper.make_node("MaxPool", ["x"], ["v", "i"], kernel_shape=[2, 2], strides=[2, 2])],
-        "pool",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
-        [
-            helper.make_tensor_value_info("v", onnx.TensorProto.FLOAT, None),
-            helper.make_tensor_value_info("i", onnx.TensorProto.INT64, None),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
-    model.ir_version = 8
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])  # fmt: skip
-    values, indices = session.run(None, {"x": x})
+    values, indices = onnxruntime_outputs(
+        "MaxPool", [x], dict(kernel_shape=[2, 2], strides=[2, 2]), opset=12,
+        output_types=[TensorProto.FLOAT, TensorProto.INT64],
+    )  # fmt: skip
     return values, indices
 
 

@@ -4,23 +4,21 @@ implementation and onnxruntime as oracles, and the refusals."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import io
 import itertools
 import math
 import sys
-import warnings
 
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from conformance_cases import case_params, node_cases, run_case
 from onnx.reference import ReferenceEvaluator
+from operator_harness import one_node_model, onnxruntime_run, refused, run_node
 
-from onemodel.errors import ErrorKind, SessionError
-from tests.operator_harness import run_node
+from onemodel.errors import ErrorKind
 
 TRAINING = "ai.onnx.preview.training"
 RNG = np.random.default_rng(20240611)
@@ -33,67 +31,27 @@ def normal(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def refused(
-    kind: ErrorKind, op_type: str, inputs: list, attributes: dict | None = None, **options: object
-) -> SessionError:
-    with pytest.raises(SessionError) as caught:
-        run_node(op_type, inputs, attributes, **options)
-    assert caught.value.kind is kind, caught.value
-    return caught.value
-
-
 # -- the ONNX backend conformance node cases ------------------------------------------------
 
 OP_TYPES = frozenset({"Adagrad", "Adam", "Momentum", "DeformConv", "ImageDecoder"})
-CASE_MODULES = ("adagrad", "adam", "momentum", "deformconv", "image_decoder")
 
-
-def _conformance_cases() -> dict[str, tuple[onnx.ModelProto, list, list]]:
-    """The single-node cases of OP_TYPES, made in-process by onnx's generators (ImageDecoder's
-    are encoded and decoded again by Pillow where it is installed, else frozen bytes)."""
-    package = "onnx.backend.test.case.node"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        for name in CASE_MODULES:
-            importlib.import_module(f"{package}.{name}")
-    return {
-        case.name: (case.model, *map(list, case.data_sets[0]))
-        for case in importlib.import_module(package)._NodeTestCases
-        if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in OP_TYPES
-    }
-
-
-CASES = _conformance_cases()
+# ImageDecoder's cases are encoded and decoded again by Pillow where it is installed, else
+# frozen bytes.
+CASES = node_cases(OP_TYPES)
 
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(name, marks=needs_pillow) if name.startswith("test_image_decoder") else name
-        for name in sorted(CASES)
-    ],
+    case_params(
+        CASES, marks=lambda name: [needs_pillow] if name.startswith("test_image_decoder") else []
+    ),
 )
 def test_conformance(name: str) -> None:
-    model, inputs, outputs = CASES[name]
-    (node,) = model.graph.node
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    opset = next(o.version for o in model.opset_import if o.domain == node.domain)
-    given = iter(numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x for x in inputs)
-    arrays = [next(given) if name else None for name in node.input]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    results = run_node(
-        node.op_type, arrays, attributes, opset=opset, domain=domain, outputs=len(node.output)
-    )
-    for result, expected in zip(results, outputs, strict=True):
-        expected = (
-            numpy_helper.to_array(expected) if isinstance(expected, onnx.TensorProto) else expected
-        )
-        assert (result.dtype, result.shape) == (expected.dtype, expected.shape)
-        np.testing.assert_allclose(result, expected, rtol=1e-3, atol=1e-7)
+    run_case(CASES[name])
 
 
 def test_every_operator_has_conformance_cases() -> None:
-    assert {model.graph.node[0].op_type for model, _, _ in CASES.values()} == OP_TYPES
+    assert {case.op_type for case in CASES.values()} == OP_TYPES
 
 
 # -- optimizers ------------------------------------------------------------------------------
@@ -101,23 +59,10 @@ def test_every_operator_has_conformance_cases() -> None:
 
 def reference_step(op_type: str, inputs: list, attributes: dict, outputs: int) -> list:
     """onnx's reference implementation of one optimizer node."""
-    names = [f"in{i}" for i in range(len(inputs))]
-    node = helper.make_node(
-        op_type, names, [f"out{i}" for i in range(outputs)], domain=TRAINING, **attributes
+    model, feeds = one_node_model(
+        op_type, inputs, attributes, opset=1, domain=TRAINING, outputs=outputs
     )
-    graph = helper.make_graph(
-        [node],
-        "step",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in zip(names, inputs, strict=True)
-        ],
-        [helper.make_tensor_value_info(f"out{i}", 0, None) for i in range(outputs)],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(TRAINING, 1)]
-    )
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs, strict=True)))
+    return ReferenceEvaluator(model).run(None, feeds)
 
 
 # op type, state tensors per optimized tensor, attributes
@@ -219,28 +164,10 @@ def test_optimizer_refusals() -> None:
 
 
 def onnxruntime_deform_conv(inputs: list, attributes: dict, opset: int = 19) -> np.ndarray:
-    import onnxruntime
-
-    names = ["X", "W", "offset", "B", "mask"][: len(inputs)]
-    names = [n if x is not None else "" for n, x in zip(names, inputs, strict=True)]
-    node = helper.make_node("DeformConv", names, ["Y"], **attributes)
-    graph = helper.make_graph(
-        [node],
-        "deform",
-        [
-            helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, x.shape)
-            for n, x in zip(names, inputs, strict=True)
-            if x is not None
-        ],
-        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)],
+    model, feeds = one_node_model(
+        "DeformConv", inputs, attributes, opset=opset, output_types=onnx.TensorProto.FLOAT
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    feeds = {n: x for n, x in zip(names, inputs, strict=True) if x is not None}
-    return session.run(None, feeds)[0]
+    return onnxruntime_run(model, feeds)[0]
 
 
 def deform_conv_inputs(

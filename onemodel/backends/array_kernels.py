@@ -268,7 +268,7 @@ class ArrayKernels:
         allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
         batch, channels, *spatial = x.shape
         reach = [
-            (o - 1) * s + (k - 1) * d + 1
+            _span(o, s, k, d)
             for o, s, k, d in zip(out_spatial, strides, kernel, dilations, strict=True)
         ]
         if any(pads) or any(r > n for r, n in zip(reach, spatial, strict=True)):
@@ -327,7 +327,7 @@ class ArrayKernels:
         out_spatial = out.shape[2:]
         margins = [max(-p, 0) for p in pads]
         reach = [
-            m + max((n - 1) * s + (k - 1) * d + 1, p + o)
+            m + max(_span(n, s, k, d), p + o)
             for m, n, s, k, d, p, o in zip(
                 margins, spatial, strides, kernel, dilations, pads, out_spatial, strict=True
             )
@@ -455,6 +455,12 @@ class ArrayKernels:
 
 
 NARROW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+
+
+def _span(count: int, stride: int, kernel: int, dilation: int) -> int:
+    """The positions that `count` windows at `stride`, each of `kernel` taps `dilation` apart,
+    reach from the first window's first tap to the last window's last."""
+    return (count - 1) * stride + (kernel - 1) * dilation + 1
 
 
 def _product(values: Sequence[int]) -> int:

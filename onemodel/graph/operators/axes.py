@@ -1,9 +1,10 @@
-"""Axis arithmetic and small integer inputs (axes, starts, pads, shapes) that many operator
+"""Axis arithmetic and small inputs (axes, starts, pads, shapes, scalars) that many operator
 families share."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto
@@ -73,3 +74,14 @@ def host_ints(ctx: InferContext, index: int, *, rank: int = 1) -> list[int]:
             ctx.node.inputs[index],
         )
     return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def host_scalar(ctx: InferContext, index: int) -> Any:
+    """A scalar input (a 0-D or 1-element tensor) as a NumPy scalar, read at plan or run time."""
+    value = ctx.value(index)
+    if value.size != 1:
+        raise ctx.node.bad_input(
+            f"{ctx.node.op_type} input {index} must be a scalar, got shape {list(value.shape)}",
+            ctx.node.inputs[index],
+        )
+    return value.reshape(-1)[0]

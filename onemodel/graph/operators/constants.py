@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 from onnx import TensorProto
 
-from onemodel.graph.operators.axes import INT64_ONLY, host_ints
+from onemodel.graph.operators.axes import INT64_ONLY, host_ints, host_scalar
 from onemodel.graph.operators.base import (
     Array,
     Constant,
@@ -128,7 +128,7 @@ class RangeOp(Operator):
         self.check_types(ctx, self.allowed)
         if len({ctx.dtype(i) for i in range(3)}) != 1:
             raise self.node.invalid("Range start, limit and delta differ in element type")
-        start, limit, delta = (self.scalar(ctx.value(i), i) for i in range(3))
+        start, limit, delta = (self.number(host_scalar(ctx, i)) for i in range(3))
         if delta == 0 or not all(math.isfinite(v) for v in (start, limit, delta)):
             raise self.node.bad_input(
                 f"Range from {start} to {limit} by {delta} has no finite length",
@@ -142,13 +142,10 @@ class RangeOp(Operator):
         steps = np.arange(spec.shape[0], dtype=np.int64 if isinstance(start, int) else np.float64)
         return [Constant((start + steps * delta).astype(spec.numpy_dtype))]
 
-    def scalar(self, value: np.ndarray, index: int) -> int | float:
-        if value.size != 1:
-            raise self.node.bad_input(
-                f"Range input {index} must be a scalar, got shape {value.shape}",
-                self.node.inputs[index],
-            )
-        return value.reshape(()).astype(np.int64 if value.dtype.kind in "iu" else np.float64).item()
+    @staticmethod
+    def number(value: np.generic) -> int | float:
+        """A scalar as a Python int (integer types) or float, for exact arithmetic."""
+        return np.asarray(value, np.int64 if value.dtype.kind in "iu" else np.float64).item()
 
 
 class EyeLikeOp(Operator):

@@ -137,15 +137,54 @@ class SlidingWindows:
 _CONV_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
 
 
+def conv_group(node: NodeInfo) -> int:
+    """The `group` attribute of a convolution: 1 when absent, else at least 1."""
+    group = int(node.attr("group", 1))
+    if group < 1:
+        raise node.invalid(f"{node.op_type}: group {group} must be ≥ 1")
+    return group
+
+
+def conv_channels(
+    node: NodeInfo,
+    x: tuple[int, ...],
+    w: tuple[int, ...],
+    group: int,
+    *,
+    transposed: bool = False,
+    weights: int = 1,
+    names: tuple[str, str] = ("X", "W"),
+) -> tuple[int, int]:
+    """The input and output channels of a convolution of `x` by `w` (input `weights` of the
+    node), once both are checked to have one rank ≥ 3 and to agree on the channels: W is
+    (M, C / group, *kernel), transposed (C, M / group, *kernel). `names` are the spec's
+    names of x and w, for the messages."""
+    x_name, w_name = names
+    if len(x) < 3 or len(w) != len(x):
+        raise node.bad_input(
+            f"{node.op_type} needs {x_name} (N, C, D1, …) and {w_name} of the same rank ≥ 3, "
+            f"not {x_name} {x} and {w_name} {w}",
+            node.inputs[0],
+        )
+    in_channels, out_channels = (w[0], w[1] * group) if transposed else (w[1] * group, w[0])
+    if x[1] != in_channels or w[0] % group:
+        raise node.bad_input(
+            f"{node.op_type} with group {group}: {x_name} {x} and {w_name} {w} do not agree on "
+            "the channels",
+            node.inputs[weights],
+        )
+    return in_channels, out_channels
+
+
 class Convolution(Operator):
     """What Conv and ConvTranspose share: attributes, type and shape checks, and the bias."""
+
+    transposed: bool  # whether W is (C, M / group, *kernel) rather than (M, C / group, *kernel)
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.windows = SlidingWindows(node)
-        self.group = int(node.attr("group", 1))
-        if self.group < 1:
-            raise node.invalid(f"{node.op_type}: group {self.group} must be ≥ 1")
+        self.group = conv_group(node)
 
     def _check(self, ctx: InferContext) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         """Input shape, kernel shape and output channels, after every check."""
@@ -154,29 +193,13 @@ class Convolution(Operator):
         if len({ctx.dtype(i) for i in range(len(ctx)) if ctx.has(i)}) > 1:
             raise self.node.invalid(f"{self.node.op_type} needs X, W and B of one element type")
         x, w = ctx.shape(0), ctx.shape(1)
-        if len(x) < 3 or len(w) != len(x):
-            raise self.node.bad_input(
-                f"{self.node.op_type} needs X (N, C, D1, …) and W of the same rank ≥ 3, not "
-                f"X {x} and W {w}",
-                self.node.inputs[0],
-            )
-        in_channels, out_channels = self._channels(w)
-        if x[1] != in_channels or w[0] % self.group:
-            raise self.node.bad_input(
-                f"{self.node.op_type} with group {self.group}: X {x} and W {w} do not agree on "
-                "the channels",
-                self.node.inputs[1],
-            )
+        _, out_channels = conv_channels(self.node, x, w, self.group, transposed=self.transposed)
         if ctx.has(2) and ctx.shape(2) != (out_channels,):
             raise self.node.bad_input(
                 f"{self.node.op_type}: B of shape {ctx.shape(2)} must be ({out_channels},)",
                 self.node.inputs[2],
             )
         return x, self.windows.kernel_for(w[2:], len(x) - 2), out_channels
-
-    def _channels(self, w: tuple[int, ...]) -> tuple[int, int]:
-        """The input and output channels that weights of shape `w` connect."""
-        raise NotImplementedError
 
     @staticmethod
     def _add_bias(ctx: RunContext, out: Array, bias: Array | None) -> None:
@@ -187,8 +210,7 @@ class Convolution(Operator):
 class ConvOp(Convolution):
     """Y = X ⋆ W + B: N-D grouped cross-correlation (depthwise when group = C)."""
 
-    def _channels(self, w: tuple[int, ...]) -> tuple[int, int]:
-        return w[1] * self.group, w[0]  # W is (M, C / group, *kernel)
+    transposed = False
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         x, kernel, out_channels = self._check(ctx)
@@ -219,8 +241,7 @@ class ConvTransposeOp(Convolution):
     output. The output extent comes from `output_shape` (pads then follow), from auto_pad
     SAME_* (input × stride), or from pads and `output_padding`."""
 
-    def _channels(self, w: tuple[int, ...]) -> tuple[int, int]:
-        return w[0], w[1] * self.group  # W is (C, M / group, *kernel)
+    transposed = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

@@ -19,9 +19,9 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.unary import IEEE_FLOATS
 from onemodel.tensors import DType
 
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
 # FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ (ONNX codes): Dropout only copies.
 _FLOAT8 = frozenset({17, 18, 19, 20})
 
@@ -40,7 +40,7 @@ class Dropout(Operator):
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         opset = self.node.opset
-        allowed = _FLOATS | ({DType.BFLOAT16} if opset >= 13 else set())
+        allowed = IEEE_FLOATS | ({DType.BFLOAT16} if opset >= 13 else set())
         self.check_types(ctx, frozenset(allowed | (_FLOAT8 if opset >= 22 else set())), 0)
         if opset >= 12 and ctx.has(2):
             self.check_types(ctx, frozenset({DType.BOOL}), 2)

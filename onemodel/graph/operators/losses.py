@@ -27,9 +27,8 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.tensors import DType
+from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS
 
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
 _REDUCTIONS = ("none", "sum", "mean")
 
 
@@ -51,7 +50,7 @@ class ClassLikelihoodLoss(Operator):
 
     def loss_spec(self, ctx: InferContext) -> TensorSpec:
         """The loss output's spec, after checking the types and shapes of the inputs."""
-        allowed = _FLOATS | ({DType.BFLOAT16} if self.node.opset >= self.bfloat16_since else set())
+        allowed = FLOATS if self.node.opset >= self.bfloat16_since else IEEE_FLOATS
         self.check_types(ctx, frozenset(allowed), 0, 2)
         self.check_types(ctx, INDEX_TYPES, 1)
         if ctx.has(2) and ctx.dtype(2) != ctx.dtype(0):

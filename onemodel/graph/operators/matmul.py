@@ -23,20 +23,54 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.unary import IEEE_FLOATS, WIDE_INTEGERS
 from onemodel.tensors import DType
-
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
-_INTEGERS = frozenset({DType.INT32, DType.INT64, DType.UINT32, DType.UINT64})
 
 
 def _product_types(opset: int) -> frozenset[int]:
     """Integers join at opset 9, bfloat16 at 13 (the same steps for MatMul and Gemm)."""
-    allowed = set(_FLOATS)
+    allowed = set(IEEE_FLOATS)
     if opset >= 9:
-        allowed |= _INTEGERS
+        allowed |= WIDE_INTEGERS
     if opset >= 13:
         allowed.add(DType.BFLOAT16)
     return frozenset(allowed)
+
+
+def matmul_shape(
+    node: NodeInfo, a: tuple[int, ...], b: tuple[int, ...], b_input: int = 1
+) -> tuple[int, ...]:
+    """numpy.matmul's result shape for operands of shapes `a` and `b` (b is input `b_input` of
+    the node): a 1-D a is a row and a 1-D b a column, whose axes the result then drops; the
+    batch dims broadcast. Shapes that do not multiply are bad input."""
+    if not a or not b:
+        raise node.bad_input(
+            f"{node.op_type} needs operands of rank ≥ 1, not shapes {a} and {b}", node.inputs[0]
+        )
+    a_matrix = (1, *a) if len(a) == 1 else a
+    b_matrix = (*b, 1) if len(b) == 1 else b
+    if a_matrix[-1] != b_matrix[-2]:
+        raise node.bad_input(
+            f"{node.op_type} of shapes {a} and {b}: the inner dimensions {a_matrix[-1]} and "
+            f"{b_matrix[-2]} differ",
+            node.inputs[b_input],
+        )
+    try:
+        batch = np.broadcast_shapes(a_matrix[:-2], b_matrix[:-2])
+    except ValueError:
+        raise node.bad_input(
+            f"{node.op_type} of shapes {a} and {b}: the batch dimensions do not broadcast",
+            node.inputs[b_input],
+        ) from None
+    rows = (a_matrix[-2],) if len(a) > 1 else ()
+    cols = (b_matrix[-1],) if len(b) > 1 else ()
+    return (*batch, *rows, *cols)
+
+
+def as_matrices(a: Array, b: Array) -> tuple[Array, Array]:
+    """The operands of numpy.matmul as stacks of matrices: a 1-D a as one row, a 1-D b as one
+    column."""
+    return (a.reshape(1, -1) if a.ndim == 1 else a), (b.reshape(-1, 1) if b.ndim == 1 else b)
 
 
 class MatrixProduct(Operator):
@@ -69,35 +103,11 @@ class MatMulOp(MatrixProduct):
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         dtype = self._check_operands(ctx, 0, 1)
-        a, b = ctx.shape(0), ctx.shape(1)
-        if not a or not b:
-            raise self.node.bad_input(
-                f"MatMul needs operands of rank ≥ 1, not shapes {a} and {b}", self.node.inputs[0]
-            )
-        a_matrix = (1, *a) if len(a) == 1 else a
-        b_matrix = (*b, 1) if len(b) == 1 else b
-        if a_matrix[-1] != b_matrix[-2]:
-            raise self.node.bad_input(
-                f"MatMul of shapes {a} and {b}: the inner dimensions {a_matrix[-1]} and "
-                f"{b_matrix[-2]} differ",
-                self.node.inputs[1],
-            )
-        try:
-            batch = np.broadcast_shapes(a_matrix[:-2], b_matrix[:-2])
-        except ValueError:
-            raise self.node.bad_input(
-                f"MatMul of shapes {a} and {b}: the batch dimensions do not broadcast",
-                self.node.inputs[1],
-            ) from None
-        rows = (a_matrix[-2],) if len(a) > 1 else ()
-        cols = (b_matrix[-1],) if len(b) > 1 else ()
-        return [ctx.output(dtype, (*batch, *rows, *cols))]
+        return [ctx.output(dtype, matmul_shape(self.node, ctx.shape(0), ctx.shape(1)))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        a, b = inputs[0], inputs[1]
         (out,) = outputs
-        a_matrix = a.reshape(1, -1) if a.ndim == 1 else a
-        b_matrix = b.reshape(-1, 1) if b.ndim == 1 else b
+        a_matrix, b_matrix = as_matrices(inputs[0], inputs[1])
         batch = out.shape[: max(a_matrix.ndim, b_matrix.ndim) - 2]
         product = out.reshape(*batch, a_matrix.shape[-2], b_matrix.shape[-1])
         self._multiply(ctx, a_matrix, b_matrix, product)

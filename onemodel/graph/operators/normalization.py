@@ -22,10 +22,8 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS
 from onemodel.tensors import DType, numpy_dtype_for_onnx
-
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
-_ALL_FLOATS = _FLOATS | {DType.BFLOAT16}
 
 
 def _compute_dtype(xp: Any, *dtypes: Any) -> Any:
@@ -76,7 +74,7 @@ class BatchNormalizationOp(Operator):
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         opset = self.node.opset
-        types = _ALL_FLOATS if opset >= 14 else _FLOATS
+        types = FLOATS if opset >= 14 else IEEE_FLOATS
         self.check_types(ctx, types)
         if opset < 14 and len({ctx.dtype(i) for i in range(5)}) > 1:
             raise self.node.invalid("BatchNormalization before opset 14 needs one element type")
@@ -177,7 +175,7 @@ class LayerNormalizationOp(Standardization):
             raise node.invalid(f"LayerNormalization: stash_type {self.stash_type} is not a float")
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
-        self.check_types(ctx, _ALL_FLOATS)
+        self.check_types(ctx, FLOATS)
         x = ctx.shape(0)
         axis = _normalized_axis(self, self.axis, len(x))
         normalized = x[axis:]
@@ -219,7 +217,7 @@ class InstanceNormalizationOp(Standardization):
         self.epsilon = float(node.attr("epsilon", 1e-5))
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
-        self.check_types(ctx, _ALL_FLOATS if self.node.opset >= 22 else _FLOATS)
+        self.check_types(ctx, FLOATS if self.node.opset >= 22 else IEEE_FLOATS)
         x = ctx.shape(0)
         if len(x) < 3:
             raise self.node.bad_input(
@@ -263,7 +261,7 @@ class GroupNormalizationOp(Standardization):
             raise node.invalid(f"GroupNormalization: num_groups {self.groups} must be ≥ 1")
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
-        self.check_types(ctx, _ALL_FLOATS)
+        self.check_types(ctx, FLOATS)
         x = ctx.shape(0)
         if len(x) < 2 or x[1] % self.groups:
             raise self.node.bad_input(
@@ -309,7 +307,7 @@ class LpNormalizationOp(Operator):
             raise node.invalid(f"LpNormalization: p must be 1 or 2, not {self.p}")
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
-        self.check_types(ctx, _ALL_FLOATS if self.node.opset >= 22 else _FLOATS)
+        self.check_types(ctx, FLOATS if self.node.opset >= 22 else IEEE_FLOATS)
         _normalized_axis(self, self.axis, len(ctx.shape(0)))
         return [ctx.output(ctx.dtype(0), ctx.shape(0))]
 
@@ -343,7 +341,7 @@ class LRNOp(Operator):
         self.bias = float(node.attr("bias", 1.0))
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
-        self.check_types(ctx, _ALL_FLOATS if self.node.opset >= 13 else _FLOATS)
+        self.check_types(ctx, FLOATS if self.node.opset >= 13 else IEEE_FLOATS)
         if len(ctx.shape(0)) < 3:
             raise self.node.bad_input(
                 f"LRN needs an (N, C, ...) input, got shape {list(ctx.shape(0))}",

@@ -25,14 +25,13 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.conv import Placement, SlidingWindows
+from onemodel.graph.operators.unary import IEEE_FLOATS
 from onemodel.tensors import DType
-
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
 
 
 def _float_types(opset: int) -> frozenset[int]:
     """float16, float and double; bfloat16 from opset 22."""
-    return _FLOATS | ({DType.BFLOAT16} if opset >= 22 else frozenset())
+    return IEEE_FLOATS | ({DType.BFLOAT16} if opset >= 22 else frozenset())
 
 
 def _compute_dtype(xp: Any, dtype: Any) -> Any:

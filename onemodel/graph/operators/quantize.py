@@ -38,7 +38,8 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.conv import SlidingWindows
+from onemodel.graph.operators.conv import SlidingWindows, conv_channels, conv_group
+from onemodel.graph.operators.matmul import as_matrices, matmul_shape
 from onemodel.tensors import numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 
 # Saturation ranges of the integer quantized types.
@@ -357,28 +358,6 @@ class DynamicQuantizeLinearOp(QuantizedOperator):
 # -- quantized matrix products ---------------------------------------------------------------
 
 
-def _matmul_shape(node: NodeInfo, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    """numpy.matmul's result shape (1-D operands as row and column vectors, batch broadcast)."""
-    a_matrix = (1, *a) if len(a) == 1 else a
-    b_matrix = (*b, 1) if len(b) == 1 else b
-    if not a or not b or a_matrix[-1] != b_matrix[-2]:
-        raise node.bad_input(
-            f"{node.op_type} of shapes {a} and {b}: the operands must have rank ≥ 1 and equal "
-            "inner dimensions",
-            node.inputs[0],
-        )
-    try:
-        batch = np.broadcast_shapes(a_matrix[:-2], b_matrix[:-2])
-    except ValueError:
-        raise node.bad_input(
-            f"{node.op_type} of shapes {a} and {b}: the batch dimensions do not broadcast",
-            node.inputs[0],
-        ) from None
-    rows = (a_matrix[-2],) if len(a) > 1 else ()
-    cols = (b_matrix[-1],) if len(b) > 1 else ()
-    return (*batch, *rows, *cols)
-
-
 def _operand_parameter(
     parameter: tuple[int, ...], operand: tuple[int, ...], per_row: bool
 ) -> tuple[int, ...] | None:
@@ -433,8 +412,7 @@ class QuantizedProduct(QuantizedOperator):
         xp = ctx.xp
         a_shifted = _shift(xp, a, self.shaped(a_zero, a, per_row=True), xp.float64)
         b_shifted = _shift(xp, b, self.shaped(b_zero, b, per_row=False), xp.float64)
-        a_matrix = a_shifted.reshape(1, -1) if a.ndim == 1 else a_shifted
-        b_matrix = b_shifted.reshape(-1, 1) if b.ndim == 1 else b_shifted
+        a_matrix, b_matrix = as_matrices(a_shifted, b_shifted)
         batch = np.broadcast_shapes(a_matrix.shape[:-2], b_matrix.shape[:-2])
         product = xp.empty((*batch, a_matrix.shape[-2], b_matrix.shape[-1]), dtype=xp.float64)
         ctx.kernels.matmul_arrays(a_matrix, b_matrix, product)
@@ -451,7 +429,7 @@ class MatMulIntegerOp(QuantizedProduct):
         self.check_zero_point(ctx, 3, 1)
         self.check_operand_parameter(ctx, 2, 0, per_row=True)
         self.check_operand_parameter(ctx, 3, 1, per_row=False)
-        return [ctx.output(T.INT32, _matmul_shape(self.node, ctx.shape(0), ctx.shape(1)))]
+        return [ctx.output(T.INT32, matmul_shape(self.node, ctx.shape(0), ctx.shape(1)))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         a, b = inputs[0], inputs[1]
@@ -481,7 +459,7 @@ class QLinearMatMulOp(QuantizedProduct):
         for index, operand, per_row in ((1, 0, True), (2, 0, True), (4, 3, False), (5, 3, False)):
             self.check_operand_parameter(ctx, index, operand, per_row)
         self.check_single(ctx, 6, 7)
-        shape = _matmul_shape(self.node, ctx.shape(0), ctx.shape(3))
+        shape = matmul_shape(self.node, ctx.shape(0), ctx.shape(3), b_input=3)
         return [ctx.output(ctx.dtype(7), shape)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
@@ -515,25 +493,12 @@ class QuantizedConvolution(QuantizedOperator):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.windows = SlidingWindows(node)
-        self.group = int(node.attr("group", 1))
-        if self.group < 1:
-            raise node.invalid(f"{node.op_type}: group {self.group} must be ≥ 1")
+        self.group = conv_group(node)
 
     def output_shape(self, ctx: InferContext) -> tuple[int, ...]:
         """(N, M, *spatial) after checking x, w and the zero points."""
         x, w = ctx.shape(0), ctx.shape(self.weights)
-        if len(x) < 3 or len(w) != len(x):
-            raise self.node.bad_input(
-                f"{self.node.op_type} needs x (N, C, D1, …) and w of the same rank ≥ 3, not "
-                f"x {x} and w {w}",
-                self.node.inputs[0],
-            )
-        if x[1] != w[1] * self.group or w[0] % self.group:
-            raise self.node.bad_input(
-                f"{self.node.op_type} with group {self.group}: x {x} and w {w} do not agree on "
-                "the channels",
-                self.node.inputs[self.weights],
-            )
+        conv_channels(self.node, x, w, self.group, weights=self.weights, names=("x", "w"))
         self.check_zero_point(ctx, self.x_zero, 0)
         self.check_zero_point(ctx, self.w_zero, self.weights)
         self.check_single(ctx, self.x_zero)

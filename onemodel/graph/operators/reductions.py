@@ -28,10 +28,8 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.unary import IEEE_FLOATS, WIDE_INTEGERS
 from onemodel.tensors import DType
-
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
-_WIDE_INTEGERS = frozenset({DType.INT32, DType.INT64, DType.UINT32, DType.UINT64})
 
 
 class Reduction(Operator):
@@ -52,7 +50,7 @@ class Reduction(Operator):
         self.attribute_axes = None if attribute is None else tuple(int(a) for a in attribute)
 
     def _types(self) -> frozenset[int]:
-        allowed = _FLOATS | _WIDE_INTEGERS
+        allowed = IEEE_FLOATS | WIDE_INTEGERS
         return allowed | {DType.BFLOAT16} if self.node.opset >= 13 else allowed
 
     def _given_axes(self, values: Any) -> tuple[int, ...] | None:
@@ -174,7 +172,7 @@ class ReduceProdOp(Reduction):
 
 class ReduceLogSumOp(Reduction):
     def _types(self) -> frozenset[int]:
-        return super()._types() - _WIDE_INTEGERS if self.node.opset >= 28 else super()._types()
+        return super()._types() - WIDE_INTEGERS if self.node.opset >= 28 else super()._types()
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.log(xp.sum(values, axis=axes))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from onemodel.graph.operators.axes import INDEX_TYPES
+from onemodel.graph.operators.axes import INDEX_TYPES, host_scalar
 from onemodel.graph.operators.base import (
     Array,
     Constant,
@@ -31,17 +31,6 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.graph.operators.unary import FLOATS, NUMERIC, widened
 from onemodel.tensors import numpy_dtype_for_onnx
-
-
-def _scalar(ctx: InferContext, index: int) -> Any:
-    """A scalar input's value (a 0-D or 1-element tensor) as a NumPy scalar."""
-    value = ctx.value(index)
-    if value.size != 1:
-        raise ctx.node.bad_input(
-            f"{ctx.node.op_type} input {index} must be a scalar, got shape {list(value.shape)}",
-            ctx.node.inputs[index],
-        )
-    return value.reshape(-1)[0]
 
 
 class SpectralOp(Operator):
@@ -78,7 +67,7 @@ class DFTOp(SpectralOp):
         self.check_types(ctx, INDEX_TYPES, 1, 2)
         shape = ctx.shape(0)
         axis = self._axis(shape, self._given_axis(ctx))
-        length = int(_scalar(ctx, 1)) if ctx.has(1) else self._default_length(shape, axis)
+        length = int(host_scalar(ctx, 1)) if ctx.has(1) else self._default_length(shape, axis)
         if length < 1:
             raise self.node.bad_input(
                 f"DFT dft_length must be positive, got {length}", self.node.inputs[1]
@@ -91,7 +80,7 @@ class DFTOp(SpectralOp):
     def _given_axis(self, ctx: InferContext) -> int:
         if self.axis_attribute is not None:
             return self.axis_attribute
-        return int(_scalar(ctx, 2)) if ctx.has(2) else -2
+        return int(host_scalar(ctx, 2)) if ctx.has(2) else -2
 
     def _axis(self, shape: tuple[int, ...], axis: int) -> int:
         """The signal axis in [0, rank - 2], after checking the last axis holds 1 or 2 parts
@@ -166,7 +155,7 @@ class STFTOp(SpectralOp):
             raise self.node.invalid(
                 "STFT needs a window of the signal's element type", self.node.inputs[2]
             )
-        step = int(_scalar(ctx, 1))
+        step = int(host_scalar(ctx, 1))
         length = self._frame_length(ctx, shape)
         if step < 1 or not 1 <= length <= shape[1]:
             raise self.node.bad_input(
@@ -185,7 +174,7 @@ class STFTOp(SpectralOp):
                 f"STFT needs a 1-D window, got shape {list(window)}", self.node.inputs[2]
             )
         if ctx.has(3):
-            length = int(_scalar(ctx, 3))
+            length = int(host_scalar(ctx, 3))
             if window is not None and window[0] != length:
                 raise self.node.bad_input(
                     f"STFT window of length {window[0]} does not match frame_length {length}",
@@ -228,7 +217,7 @@ class WindowOp(Operator):
 
     def infer(self, ctx: InferContext) -> list[Constant]:
         self.check_types(ctx, INDEX_TYPES, 0)
-        size = int(_scalar(ctx, 0))
+        size = int(host_scalar(ctx, 0))
         if size < 0:
             raise self.node.bad_input(
                 f"{self.node.op_type} size must not be negative, got {size}", self.node.inputs[0]
@@ -267,8 +256,8 @@ class MelWeightMatrixOp(Operator):
     def infer(self, ctx: InferContext) -> list[Constant]:
         self.check_types(ctx, INDEX_TYPES, 0, 1, 2)
         self.check_types(ctx, FLOATS, 3, 4)
-        bins, length, rate = (int(_scalar(ctx, i)) for i in range(3))
-        low, high = (widened(np, _scalar(ctx, i)) for i in (3, 4))
+        bins, length, rate = (int(host_scalar(ctx, i)) for i in range(3))
+        low, high = (widened(np, host_scalar(ctx, i)) for i in (3, 4))
         if bins < 1 or length < 1 or rate < 1 or not 0 <= low < high:
             raise self.node.bad_input(
                 "MelWeightMatrix needs positive num_mel_bins, dft_length and sample_rate and "

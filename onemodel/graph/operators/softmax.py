@@ -21,9 +21,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.tensors import DType
-
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
+from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS
 
 
 class AxisNormalization(Operator):
@@ -35,7 +33,7 @@ class AxisNormalization(Operator):
         self.axis = int(node.attr("axis", 1 if self.coerce_2d else -1))
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
-        allowed = _FLOATS if self.node.opset < 13 else _FLOATS | {DType.BFLOAT16}
+        allowed = IEEE_FLOATS if self.node.opset < 13 else FLOATS
         self.check_types(ctx, allowed, 0)
         shape = ctx.shape(0)
         rank = max(len(shape), 1)

@@ -14,7 +14,7 @@ only knows its own node, so it is not run here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,24 @@ from onemodel.tensors import DType
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 _FLOATS = frozenset({DType.FLOAT, DType.DOUBLE})
 _COUNT = frozenset({DType.INT64})
+
+
+class TensorUpdate(NamedTuple):
+    """One optimized tensor's share of a step, as `OptimizerStep.update` gets it: the array
+    module, R and T (0-D, R in X's type), X, its gradient with norm_coefficient · X already
+    added, its state tensors, and the arrays X_new and the new states are written into."""
+
+    xp: Any
+    rate: Array
+    step: Array
+    x: Array
+    gradient: Array
+    states: list[Array]
+    outputs: list[Array]
+
+    def scalar(self, value: float) -> Any:
+        """A number as a scalar of X's type, so that arithmetic stays in that type."""
+        return self.x.dtype.type(value)
 
 
 class OptimizerStep(Operator):
@@ -99,20 +117,12 @@ class OptimizerStep(Operator):
         for k in range(self.count):
             x, gradient, *states = inputs[2 + k :: self.count]
             regularized = gradient + dtype.type(self.norm_coefficient) * x
-            self.update(xp, rate, step, x, regularized, states, outputs[k :: self.count])
+            self.update(
+                TensorUpdate(xp, rate, step, x, regularized, states, outputs[k :: self.count])
+            )
 
-    def update(
-        self,
-        xp: Any,
-        rate: Array,
-        step: Array,
-        x: Array,
-        gradient: Array,
-        states: list[Array],
-        outputs: list[Array],
-    ) -> None:
-        """Writes X_new and the new states into `outputs`; `gradient` is already regularized
-        (norm_coefficient · X added)."""
+    def update(self, t: TensorUpdate) -> None:
+        """Writes X_new and the new states into `t.outputs`."""
         raise NotImplementedError
 
 
@@ -126,21 +136,12 @@ class AdagradOp(OptimizerStep):
         self.decay_factor = float(node.attr("decay_factor", 0.0))
         self.epsilon = float(node.attr("epsilon", 1e-6))
 
-    def update(
-        self,
-        xp: Any,
-        rate: Array,
-        step: Array,
-        x: Array,
-        gradient: Array,
-        states: list[Array],
-        outputs: list[Array],
-    ) -> None:
-        (h,) = states
-        x_new, h_new = outputs
-        scalar = x.dtype.type
+    def update(self, t: TensorUpdate) -> None:
+        xp, x, gradient, scalar = t.xp, t.x, t.gradient, t.scalar
+        (h,) = t.states
+        x_new, h_new = t.outputs
         xp.add(h, gradient * gradient, out=h_new)
-        rate = rate / (scalar(1) + step.astype(x.dtype) * scalar(self.decay_factor))
+        rate = t.rate / (scalar(1) + t.step.astype(x.dtype) * scalar(self.decay_factor))
         denominator = xp.sqrt(h_new) + scalar(self.epsilon)
         xp.subtract(x, rate * gradient / denominator, out=x_new)
 
@@ -159,26 +160,17 @@ class AdamOp(OptimizerStep):
         self.epsilon = float(node.attr("epsilon", 1e-6))
         self.norm_coefficient_post = float(node.attr("norm_coefficient_post", 0.0))
 
-    def update(
-        self,
-        xp: Any,
-        rate: Array,
-        step: Array,
-        x: Array,
-        gradient: Array,
-        states: list[Array],
-        outputs: list[Array],
-    ) -> None:
-        v, h = states
-        x_new, v_new, h_new = outputs
-        scalar = x.dtype.type
+    def update(self, t: TensorUpdate) -> None:
+        xp, x, gradient, scalar = t.xp, t.x, t.gradient, t.scalar
+        v, h = t.states
+        x_new, v_new, h_new = t.outputs
         alpha, beta = scalar(self.alpha), scalar(self.beta)
         xp.add(alpha * v, (scalar(1) - alpha) * gradient, out=v_new)
         xp.add(beta * h, (scalar(1) - beta) * (gradient * gradient), out=h_new)
-        counted = xp.maximum(step, 1).astype(x.dtype)  # T ≤ 0 takes R as it is
+        counted = xp.maximum(t.step, 1).astype(x.dtype)  # T ≤ 0 takes R as it is
         with np.errstate(divide="ignore", invalid="ignore"):
             correction = xp.sqrt(scalar(1) - beta**counted) / (scalar(1) - alpha**counted)
-        rate = xp.where(step > 0, rate * correction, rate)
+        rate = xp.where(t.step > 0, t.rate * correction, t.rate)
         xp.subtract(x, rate * (v_new / (xp.sqrt(h_new) + scalar(self.epsilon))), out=x_new)
         xp.multiply(x_new, scalar(1) - scalar(self.norm_coefficient_post), out=x_new)
 
@@ -200,24 +192,15 @@ class MomentumOp(OptimizerStep):
         if self.mode not in self._MODES:
             raise node.invalid(f"Momentum: mode must be one of {self._MODES}, not {self.mode!r}")
 
-    def update(
-        self,
-        xp: Any,
-        rate: Array,
-        step: Array,
-        x: Array,
-        gradient: Array,
-        states: list[Array],
-        outputs: list[Array],
-    ) -> None:
-        (v,) = states
-        x_new, v_new = outputs
-        scalar = x.dtype.type
+    def update(self, t: TensorUpdate) -> None:
+        xp, x, gradient, scalar = t.xp, t.x, t.gradient, t.scalar
+        (v,) = t.states
+        x_new, v_new = t.outputs
         alpha = scalar(self.alpha)
-        beta = xp.where(step > 0, scalar(self.beta), scalar(1)).astype(x.dtype)
+        beta = xp.where(t.step > 0, scalar(self.beta), scalar(1)).astype(x.dtype)
         xp.add(alpha * v, beta * gradient, out=v_new)
         direction = v_new if self.mode == "standard" else gradient + alpha * v_new
-        xp.subtract(x, rate * direction, out=x_new)
+        xp.subtract(x, t.rate * direction, out=x_new)
 
 
 DEFS: tuple[OpDef, ...] = (

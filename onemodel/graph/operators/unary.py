@@ -28,8 +28,12 @@ from onemodel.graph.operators.base import (
 from onemodel.tensors import DType
 
 FLOATS = frozenset({DType.FLOAT, DType.FLOAT16, DType.DOUBLE, DType.BFLOAT16})
+# The floats of the operators that predate bfloat16 (which most of them took on later).
+IEEE_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
 SIGNED_INTEGERS = frozenset({DType.INT8, DType.INT16, DType.INT32, DType.INT64})
 UNSIGNED_INTEGERS = frozenset({DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64})
+# The integers of MatMul, Gemm and the reductions.
+WIDE_INTEGERS = frozenset({DType.INT32, DType.INT64, DType.UINT32, DType.UINT64})
 INTEGERS = SIGNED_INTEGERS | UNSIGNED_INTEGERS
 SIGNED = FLOATS | SIGNED_INTEGERS
 NUMERIC = FLOATS | INTEGERS
