@@ -1,0 +1,5 @@
+"""(being written)"""
+
+from onemodel.graph.operators.base import OpDef
+
+DEFS: tuple[OpDef, ...] = ()
