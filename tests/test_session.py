@@ -388,3 +388,20 @@ def test_an_unknown_element_type_makes_the_model_invalid():
     with pytest.raises(SessionError, match="element type 29") as error:
         session_for(model)
     assert error.value.kind is ErrorKind.INVALID_MODEL and error.value.value == "x"
+
+
+def test_exact_mode_writes_every_nan_as_0x7fc00000():
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [4])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Div", ["a", "b"], ["y"])], "g", [a, b], [y])
+    )
+    numerators = np.array([0.0, -0.0, np.inf, 1.0], np.float32)
+    denominators = np.array([0.0, 0.0, -np.inf, 2.0], np.float32)
+    feeds = {"a": numerators, "b": denominators}
+    (fast,) = session_for(model).run(None, feeds)
+    (exact,) = session_for(model, mode=ExecutionMode.EXACT).run(None, feeds)
+    assert np.isnan(fast[:3]).all()
+    assert exact.view(np.uint32)[:3].tolist() == [0x7FC00000] * 3
+    assert exact[3] == fast[3] == 0.5

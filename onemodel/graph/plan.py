@@ -46,6 +46,25 @@ class Step:
     specs: tuple[TensorSpec, ...] | None  # static and view steps
 
 
+# Exact mode's NaN (python-port.md): the positive quiet NaN with no payload, per width.
+_CANONICAL_NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
+_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def canonical_nans(xp: Any, array: Any) -> None:
+    """Rewrite every NaN of a float array (16/32/64-bit, bfloat16) to the canonical bits, in
+    place: exact mode promises the same bits everywhere, and NaN payloads and signs differ
+    between machines."""
+    if array.dtype.name == "bfloat16":
+        canonical = 0x7FC0
+    elif array.dtype.kind == "f" and array.dtype.itemsize in _BITS:
+        canonical = _CANONICAL_NAN_BITS[array.dtype.itemsize]
+    else:
+        return
+    bits = array.view(_BITS[array.dtype.itemsize])
+    xp.copyto(bits, bits.dtype.type(canonical), where=array != array)
+
+
 def spec_of(array: Any) -> TensorSpec:
     return TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape))
 
@@ -206,6 +225,9 @@ class ExecutionPlan:
         xp = self.graph.kernels.xp
         outs = [xp.empty(s.shape, dtype=s.numpy_dtype) for s in specs]
         _run_checked(node, operator.run, self.ctx, ins, outs)
+        if self.graph.exact:
+            for out in outs:
+                canonical_nans(xp, out)
         return outs
 
     def _run_data_dependent(self, node: CompiledNode) -> list[Any]:

@@ -22,6 +22,7 @@ from onemodel.graph.plan import (
     StepKind,
     _failure,
     _run_checked,
+    canonical_nans,
     is_tensor,
     spec_of,
 )
@@ -99,6 +100,9 @@ class RunState:
                         out = table[value_id]
                     outs.append(out)
                 _run_checked(step.node, step.node.operator.run, ctx, ins, outs)
+                if plan.graph.exact:
+                    for out in outs:
+                        canonical_nans(xp, out)
             elif step.kind is StepKind.VIEW:
                 source = ins[step.node.operator.view_of_input]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
@@ -150,6 +154,8 @@ class RunState:
         for value_id, result in zip(step.outputs, results, strict=False):
             if is_tensor(result) and not result.flags.c_contiguous:
                 result = xp.array(result, order="C")
+            if plan.graph.exact and is_tensor(result):
+                canonical_nans(xp, result)
             table[value_id] = result
 
     def _result(self, array: Any, value_id: int, given: Mapping[int, Any]) -> Any:
