@@ -5,7 +5,7 @@ expectedFailure), so a listed case that starts passing fails the run until it is
 this list. Shrink it; never grow it silently. Set ONEMODEL_CONFORMANCE_NO_XFAIL=1 to see why
 a listed case fails.
 
-With onnx 1.23.2: 2,019 of 2,033 cases pass on the NumPy backend; 14 are listed here.
+With onnx 1.23.2: 2,021 of 2,033 cases pass on the NumPy backend; 12 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
@@ -32,11 +32,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_training_dropout_default",
         "test_training_dropout_default_mask",
         "test_training_dropout_mask",
-    ),
-    # 2 case(s)
-    "operator not implemented yet (issue 4): ai.onnx.preview.training.Gradient": (
-        "test_gradient_of_add",
-        "test_gradient_of_add_and_mul",
     ),
 }
 

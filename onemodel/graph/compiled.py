@@ -15,6 +15,7 @@ import numpy as np
 
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
+from onemodel.graph.gradient import expand_gradients, has_gradients
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
 from onemodel.tensors import TensorShapeError
@@ -55,6 +56,8 @@ class CompiledGraph:
         checked: bool = False,
         guard: Any = None,
     ) -> None:
+        if has_gradients(model.graph):
+            model = expand_gradients(model)
         graph = model.graph
         self.kernels = kernels
         self.exact = exact

@@ -7,8 +7,9 @@ same grouping: every new X, then every new state tensor. The update is element-w
 same for each tensor; it is computed in the tensors' own type (float or double). G and the
 state tensors must have their X's shape (the spec's broadcasting would let a state outgrow X).
 
-Gradient, the domain's other operator, differentiates the graph around its node; an operator
-only knows its own node, so it is not run here.
+Gradient, the domain's other operator, differentiates the graph around its node; it is
+expanded into ordinary nodes before compiling (onemodel/graph/gradient.py), with the two internal
+operators defined at the end of this module.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from onemodel.graph.operators.base import (
 from onemodel.tensors import DType
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
+INTERNAL_DOMAIN = "onemodel.internal"  # operators only graph rewrites emit
 _FLOATS = frozenset({DType.FLOAT, DType.DOUBLE})
 _COUNT = frozenset({DType.INT64})
 
@@ -203,8 +205,42 @@ class MomentumOp(OptimizerStep):
         xp.subtract(x, t.rate * direction, out=x_new)
 
 
+class OnesLikeOp(Operator):
+    """Internal (Gradient's seed): ones of the input's type and shape."""
+
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        return [ctx.output(ctx.dtype(0), ctx.shape(0))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        outputs[0][...] = 1
+
+
+class SumToShapeOp(Operator):
+    """Internal (Gradient): input 0 summed over the axes on which it broadcast from input 1's
+    shape, giving input 1's shape; undoes NumPy broadcasting in a backward pass."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        grown, like = ctx.shape(0), ctx.shape(1)
+        lead = len(grown) - len(like)
+        if lead < 0 or any(n not in (1, g) for n, g in zip(like, grown[lead:], strict=True)):
+            raise self.node.bad_input(f"cannot sum shape {grown} back to {like}")
+        return [ctx.output(ctx.dtype(0), like)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        grown, out = inputs[0], outputs[0]
+        lead = grown.ndim - out.ndim
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(out.shape) if n == 1 and grown.shape[lead + i] != 1
+        )
+        out[...] = ctx.xp.sum(grown, axis=axes).reshape(out.shape) if axes else grown
+
+
 DEFS: tuple[OpDef, ...] = (
     OpDef("Adagrad", 1, AdagradOp, domain=TRAINING_DOMAIN),
     OpDef("Adam", 1, AdamOp, domain=TRAINING_DOMAIN),
     OpDef("Momentum", 1, MomentumOp, domain=TRAINING_DOMAIN),
+    OpDef("OnesLike", 1, OnesLikeOp, domain=INTERNAL_DOMAIN),
+    OpDef("SumToShape", 1, SumToShapeOp, domain=INTERNAL_DOMAIN),
 )
