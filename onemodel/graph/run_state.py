@@ -206,9 +206,8 @@ class StatePool:
 
 
 def _size(values: Any) -> int:
-    """Bytes held by arrays, lists of them (sequences) and None (empty optionals)."""
-    if values is None:
-        return 0
+    """Bytes held by arrays and lists of them (sequences); None (an empty optional) and host
+    objects such as ZipMap's dicts count as nothing."""
     if isinstance(values, list):
         return sum(_size(v) for v in values)
-    return int(values.nbytes)
+    return int(getattr(values, "nbytes", 0))

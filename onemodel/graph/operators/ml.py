@@ -1,8 +1,8 @@
 """Operators of the ai.onnx.ml domain: ArrayFeatureExtractor, Binarizer, LabelEncoder, the tree
 ensembles (TreeEnsemble, and the older TreeEnsembleRegressor and TreeEnsembleClassifier that
 converters such as skl2onnx still write), LinearClassifier, LinearRegressor, Normalizer, Scaler,
-OneHotEncoder and Imputer. ZipMap, DictVectorizer and CastMap take or make maps, which the runtime
-does not hold; the SVM operators are not written yet.
+OneHotEncoder, Imputer, SVMClassifier, SVMRegressor and ZipMap (whose sequence of maps is a
+Python list of dicts). DictVectorizer and CastMap, which take maps, are not written.
 
 Scores are computed in float64 and rounded once into the output type, where onnxruntime keeps
 float32 accumulators: results agree to float32 rounding. Where the spec leaves a choice the
@@ -1061,6 +1061,240 @@ class ImputerOp(Operator):
         xp.copyto(outputs[0], xp.where(replace, imputed, x))
 
 
+# -- support vector machines -----------------------------------------------------------------
+
+
+class SupportVectorModel(Operator):
+    """Shared by SVMClassifier and SVMRegressor: kernel_params [gamma, coef0, degree] and the
+    kernel of kernel_type between the rows of X and a matrix of vectors (float64 here; onnxruntime
+    computes in float32)."""
+
+    KERNELS: ClassVar[tuple[str, ...]] = ("LINEAR", "POLY", "RBF", "SIGMOID")
+
+    def kernel_setup(self, node: NodeInfo) -> None:
+        self.kernel = node.attr("kernel_type", "LINEAR")
+        if self.kernel not in self.KERNELS:
+            raise node.invalid(
+                f"{node.op_type} kernel_type must be one of {', '.join(self.KERNELS)}, "
+                f"got {self.kernel!r}"
+            )
+        params = [float(v) for v in node.attr("kernel_params", [])] + [0.0, 0.0, 0.0]
+        self.gamma, self.coef0, self.degree = params[:3]
+        self.coefficients = np.asarray(node.attr("coefficients", []), dtype=np.float64)
+        self.rho = np.asarray(node.attr("rho", []), dtype=np.float64)
+        if self.rho.size == 0:
+            raise node.invalid(f"{node.op_type} needs rho")
+        self.transform = post_transform_of(node, node.attr("post_transform", "NONE"))
+
+    def vectors_of(self, node: NodeInfo, count: int) -> np.ndarray:
+        """support_vectors as [count, F]."""
+        vectors = np.asarray(node.attr("support_vectors", []), dtype=np.float64)
+        if count <= 0 or vectors.size % count:
+            raise node.invalid(
+                f"{node.op_type} has {vectors.size} support vector values, which do not make "
+                f"{count} vectors"
+            )
+        return vectors.reshape(count, -1)
+
+    def check_features(self, ctx: InferContext, features: int) -> int:
+        self.check_types(ctx, NUMBERS, 0)
+        rows, given = rows_of(self.node, ctx.shape(0), self.node.inputs[0])
+        if given != features:
+            raise self.node.bad_input(
+                f"{self.node.op_type} expects {features} features, the input has {given}",
+                self.node.inputs[0],
+            )
+        return rows
+
+    def kernel_matrix(self, xp: Any, x: Array, vectors: np.ndarray, kernel: str) -> Array:
+        """[N, V]: kernel(x_n, vector_v)."""
+        rows = 1 if x.ndim == 1 else x.shape[0]
+        features = x.reshape(rows, x.shape[-1]).astype(xp.float64)
+        v = xp.asarray(vectors)
+        if kernel == "RBF":
+            squares = (features * features).sum(axis=1, keepdims=True) + (v * v).sum(axis=1)
+            distance = xp.maximum(squares - 2 * (features @ v.T), 0.0)
+            return xp.exp(-self.gamma * distance)
+        dot = features @ v.T
+        if kernel == "POLY":
+            return (self.gamma * dot + self.coef0) ** self.degree
+        if kernel == "SIGMOID":
+            return xp.tanh(self.gamma * dot + self.coef0)
+        return dot
+
+
+class SVMRegressorOp(SupportVectorModel):
+    """float [N, 1]: the sum over the n_supports support vectors of coefficient * kernel, plus
+    rho[0]; with no support vectors, X @ coefficients + rho[0] (a linear model). one_class
+    turns the score into 1 (> 0) or -1. post_transform as the tree regressors (PROBIT only)."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.kernel_setup(node)
+        supports = int(node.attr("n_supports", 0))
+        self.one_class = bool(node.attr("one_class", 0))
+        if supports > 0:
+            self.vectors = self.vectors_of(node, supports)
+            if self.coefficients.size != supports:
+                raise node.invalid(
+                    f"SVMRegressor has {self.coefficients.size} coefficients for {supports} "
+                    "support vectors"
+                )
+        else:
+            self.vectors, self.kernel = self.coefficients.reshape(1, -1), "LINEAR"
+            self.coefficients = np.ones(1)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        rows = self.check_features(ctx, self.vectors.shape[1])
+        return [ctx.output(DType.FLOAT, (rows, 1))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        xp = ctx.xp
+        kernels = self.kernel_matrix(xp, inputs[0], self.vectors, self.kernel)
+        scores = kernels @ xp.asarray(self.coefficients)[:, None] + float(self.rho[0])
+        if self.one_class:
+            scores = xp.where(scores > 0, 1.0, -1.0)
+        xp.copyto(outputs[0], regression_transformed(xp, scores, self.transform), casting="unsafe")
+
+
+class SVMClassifierOp(SupportVectorModel, Classifier):
+    """Labels [N] and scores of a support vector classifier, as onnxruntime computes them.
+
+    With vectors_per_class (libsvm's one-vs-one): each pair of classes i < j scores
+    rho[pair] + the coefficients of both classes' support vectors times their kernels, a vote
+    for i when > 0 and for j otherwise; the label is the most voted class (the first on ties)
+    and the scores are the pair scores [N, pairs] post-transformed, or with two classes
+    [-s, s] (NONE) or [1 - t, t] (t = s after LOGISTIC or PROBIT). Without support vectors
+    (liblinear): X @ coefficients^T + rho[0] per class, post-transformed, the label the top
+    score's, except that two classes give the second label when that top score is > 0 (or
+    >= 0.5 when the coefficients are all >= 0). Platt probabilities (prob_a, prob_b) are not
+    implemented."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.labels_of(node, "classlabels_ints")
+        self.kernel_setup(node)
+        if node.attr("prob_a", None):
+            raise node.unsupported("SVMClassifier with probabilities (prob_a, prob_b)")
+        classes = len(self.labels)
+        self.per_class = [int(c) for c in node.attr("vectors_per_class", [])]
+        self.all_positive = bool((self.coefficients >= 0).all())
+        self.pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+        count = sum(self.per_class)
+        if count > 0:
+            if len(self.per_class) != classes or len(self.rho) < len(self.pairs):
+                raise node.invalid(
+                    f"SVMClassifier has {classes} labels, {len(self.per_class)} "
+                    f"vectors_per_class and {len(self.rho)} rho values"
+                )
+            self.vectors = self.vectors_of(node, count)
+            if self.coefficients.size < (classes - 1) * count:
+                raise node.invalid(
+                    f"SVMClassifier has {self.coefficients.size} coefficients, not "
+                    f"{classes - 1} rows of {count}"
+                )
+            self.pair_weights = self._pair_weights(count)
+        else:
+            if classes == 0 or self.coefficients.size % classes:
+                raise node.invalid(
+                    f"SVMClassifier has {self.coefficients.size} coefficients for {classes} classes"
+                )
+            self.vectors, self.kernel = self.coefficients.reshape(classes, -1), "LINEAR"
+            self.pair_weights = None
+
+    def _pair_weights(self, count: int) -> np.ndarray:
+        """[V, pairs]: the coefficient each support vector has in each pair's score (zero
+        for the vectors of other classes), so that all pair scores are one product."""
+        rows = self.coefficients[: (len(self.labels) - 1) * count].reshape(-1, count)
+        starts = np.concatenate([[0], np.cumsum(self.per_class)])
+        weights = np.zeros((count, len(self.pairs)))
+        for pair, (i, j) in enumerate(self.pairs):
+            of_i, of_j = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+            weights[of_i, pair] = rows[j - 1, of_i]
+            weights[of_j, pair] = rows[i, of_j]
+        return weights
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        rows = self.check_features(ctx, self.vectors.shape[1])
+        columns = len(self.labels)
+        if self.pair_weights is not None:
+            columns = 2 if columns <= 2 else len(self.pairs)
+        return [ctx.output(self.label_type, (rows,)), ctx.output(DType.FLOAT, (rows, columns))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        xp = ctx.xp
+        kernels = self.kernel_matrix(xp, inputs[0], self.vectors, self.kernel)
+        if self.pair_weights is None:
+            chosen, scores = self._linear(xp, kernels + float(self.rho[0]))
+        else:
+            chosen, scores = self._one_vs_one(xp, kernels @ xp.asarray(self.pair_weights))
+        self.write_labels(ctx, chosen, outputs[0], self.labels)
+        xp.copyto(outputs[1], scores, casting="unsafe")
+
+    def _linear(self, xp: Any, scores: Array) -> tuple[Array, Array]:
+        chosen = scores.argmax(axis=1)
+        if len(self.labels) == 2:
+            top = scores.max(axis=1)
+            second = top >= 0.5 if self.all_positive else top > 0
+            chosen = xp.where(second, 1, chosen)
+        return chosen, transformed(xp, scores, self.transform)
+
+    def _one_vs_one(self, xp: Any, scores: Array) -> tuple[Array, Array]:
+        scores = scores + xp.asarray(self.rho[: len(self.pairs)])
+        classes = len(self.labels)
+        votes = xp.zeros((scores.shape[0], classes), dtype=xp.int64)
+        for pair, (i, j) in enumerate(self.pairs):
+            positive = scores[:, pair] > 0
+            votes[:, i] += positive
+            votes[:, j] += ~positive
+        chosen = votes.argmax(axis=1)
+        if classes > 2:
+            return chosen, transformed(xp, scores, self.transform)
+        s = scores[:, 0] if scores.shape[1] else xp.zeros(scores.shape[0])
+        if self.transform == "NONE":
+            return chosen, xp.stack([-s, s], axis=1)
+        if self.transform in ("LOGISTIC", "PROBIT"):
+            s = transformed(xp, s, self.transform)
+        return chosen, xp.stack([1 - s, s], axis=1)
+
+
+# -- ZipMap ----------------------------------------------------------------------------------
+
+
+class ZipMapOp(Operator):
+    """The rows of a float [N, C] (or [C]) tensor as a sequence of maps: a Python list of N
+    dicts {label: probability}, labels from classlabels_int64s (int) or classlabels_strings
+    (str), probabilities Python floats. Maps are not tensors: the list is made on the host
+    and its size only known when run."""
+
+    outputs_data_dependent = True
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        strings, ints = (
+            node.attr("classlabels_strings", None),
+            node.attr("classlabels_int64s", None),
+        )
+        if (strings is None) == (ints is None):
+            raise node.invalid(
+                "ZipMap needs exactly one of classlabels_strings, classlabels_int64s"
+            )
+        self.labels: list = list(strings) if strings is not None else [int(c) for c in ints]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Any], outputs: Any) -> list:
+        x = inputs[0]
+        if x.dtype != np.float32:
+            raise self.node.bad_input(f"ZipMap takes float, got {x.dtype}", self.node.inputs[0])
+        rows, columns = rows_of(self.node, tuple(x.shape), self.node.inputs[0])
+        if columns != len(self.labels):
+            raise self.node.bad_input(
+                f"ZipMap has {len(self.labels)} labels but the input has {columns} columns",
+                self.node.inputs[0],
+            )
+        values = host(ctx, x).reshape(rows, columns).tolist()
+        return [[dict(zip(self.labels, row, strict=True)) for row in values]]
+
+
 DEFS: tuple[OpDef, ...] = (
     OpDef("ArrayFeatureExtractor", 1, ArrayFeatureExtractorOp, domain=ML),
     OpDef("Binarizer", 1, BinarizerOp, domain=ML),
@@ -1074,4 +1308,7 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("Scaler", 1, ScalerOp, domain=ML),
     OpDef("OneHotEncoder", 1, OneHotEncoderOp, domain=ML),
     OpDef("Imputer", 1, ImputerOp, domain=ML),
+    OpDef("SVMClassifier", 1, SVMClassifierOp, domain=ML),
+    OpDef("SVMRegressor", 1, SVMRegressorOp, domain=ML),
+    OpDef("ZipMap", 1, ZipMapOp, domain=ML),
 )
