@@ -5,7 +5,7 @@ expectedFailure), so a listed case that starts passing fails the run until it is
 this list. Shrink it; never grow it silently. Set ONEMODEL_CONFORMANCE_NO_XFAIL=1 to see why
 a listed case fails.
 
-With onnx 1.23.2: 2,021 of 2,033 cases pass on the NumPy backend; 12 are listed here.
+With onnx 1.23.2: 2,022 of 2,033 cases pass on the NumPy backend; 11 are listed here.
 """
 
 _BY_REASON: dict[str, tuple[str, ...]] = {
@@ -17,10 +17,6 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
         "test_bernoulli_expanded",
         "test_bernoulli_seed",
         "test_bernoulli_seed_expanded",
-    ),
-    # 1 case(s)
-    "onnx's reference rounds each Softmax step to float16; ours rounds once (2 ulps apart, ours closer to exact)": (
-        "test_attention_4d_causal_fp16_expanded",
     ),
     # 1 case(s)
     "the suite's runner cannot compare a sequence holding a 0-d tensor (len() of an unsized object); our output is the expected list": (
