@@ -196,7 +196,7 @@ class ExecutionPlan:
         except SessionError:
             raise
         except Exception as error:  # an operator bug must still name the node
-            raise _failure(node, "shape inference", error) from error
+            raise operator_failure(node, "shape inference", error) from error
         stated = stated[: len(node.outputs)]
         if all(isinstance(s, Constant) for s in stated):
             xp = self.graph.kernels.xp
@@ -224,7 +224,7 @@ class ExecutionPlan:
             return [ins[operator.view_of_input].reshape(specs[0].shape)]
         xp = self.graph.kernels.xp
         outs = [xp.empty(s.shape, dtype=s.numpy_dtype) for s in specs]
-        _run_checked(node, operator.run, self.ctx, ins, outs)
+        run_operator(node, operator.run, self.ctx, ins, outs)
         if self.graph.exact:
             for out in outs:
                 canonical_nans(xp, out)
@@ -232,7 +232,7 @@ class ExecutionPlan:
 
     def _run_data_dependent(self, node: CompiledNode) -> list[Any]:
         ins = [None if i == ABSENT else self.constants[i] for i in node.inputs]
-        return _run_checked(node, node.operator.run, self.ctx, ins, None)
+        return run_operator(node, node.operator.run, self.ctx, ins, None)
 
     def _foldable(self, node: CompiledNode, results: Sequence[Any]) -> bool:
         """Seed 000 §3.2: fold unless larger than both its inputs and 64 KiB."""
@@ -331,7 +331,7 @@ class ExecutionPlan:
         )  # fmt: skip
 
 
-def _failure(node: CompiledNode, stage: str, error: Exception) -> SessionError:
+def operator_failure(node: CompiledNode, stage: str, error: Exception) -> SessionError:
     return SessionError(
         ErrorKind.INVALID_INPUT,
         f"{node.info.op_type} failed during {stage}: {type(error).__name__}: {error}",
@@ -339,11 +339,11 @@ def _failure(node: CompiledNode, stage: str, error: Exception) -> SessionError:
     )
 
 
-def _run_checked(node: CompiledNode, run: Any, ctx: RunContext, ins: list, outs: Any) -> Any:
+def run_operator(node: CompiledNode, run: Any, ctx: RunContext, ins: list, outs: Any) -> Any:
     """Call an operator's run; anything but a SessionError becomes one naming the node."""
     try:
         return run(ctx, ins, outs)
     except SessionError:
         raise
     except Exception as error:
-        raise _failure(node, "run", error) from error
+        raise operator_failure(node, "run", error) from error

@@ -20,10 +20,10 @@ from onemodel.graph.plan import (
     ExecutionPlan,
     HostValues,
     StepKind,
-    _failure,
-    _run_checked,
     canonical_nans,
     is_tensor,
+    operator_failure,
+    run_operator,
     spec_of,
 )
 from onemodel.tensors import Arena, BufferPool
@@ -99,7 +99,7 @@ class RunState:
                     else:
                         out = table[value_id]
                     outs.append(out)
-                _run_checked(step.node, step.node.operator.run, ctx, ins, outs)
+                run_operator(step.node, step.node.operator.run, ctx, ins, outs)
                 if plan.graph.exact:
                     for out in outs:
                         canonical_nans(xp, out)
@@ -122,7 +122,7 @@ class RunState:
         operator = node.operator
         xp = plan.graph.kernels.xp
         if operator.outputs_data_dependent:
-            results = _run_checked(node, operator.run, self.ctx, list(ins), None)
+            results = run_operator(node, operator.run, self.ctx, list(ins), None)
             self.ctx.charge(_size(results), node.info.name)
         else:
             if operator.view_of_input is not None and not is_tensor(ins[operator.view_of_input]):
@@ -137,7 +137,7 @@ class RunState:
             except SessionError:
                 raise
             except Exception as error:
-                raise _failure(node, "shape inference", error) from error
+                raise operator_failure(node, "shape inference", error) from error
             if all(isinstance(s, Constant) for s in stated):
                 results = [xp.asarray(s.value) for s in stated]
             elif operator.view_of_input is not None:
@@ -150,7 +150,7 @@ class RunState:
                     else self.ctx.scratch(s.shape, s.numpy_dtype)
                     for s in stated
                 ]
-                _run_checked(node, operator.run, self.ctx, list(ins), results)
+                run_operator(node, operator.run, self.ctx, list(ins), results)
         for value_id, result in zip(step.outputs, results, strict=False):
             if is_tensor(result) and not result.flags.c_contiguous:
                 result = xp.array(result, order="C")
