@@ -43,7 +43,8 @@ class OptimizationLevel(enum.IntEnum):
 @dataclass
 class SessionOptions:
     """How a session runs. `intra_op_threads` is accepted for compatibility and changes speed
-    only (NumPy's BLAS decides its own threads for now); `backend` names a kernel path
+    only (NumPy's BLAS decides its own threads for now); `optimization_level` is accepted and
+    has no effect until the graph passes exist; `backend` names a kernel path
     (`KernelPaths.names()`), None picking the best available; `checked` poisons dead slab
     blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable); `run_timeout`
     (seconds) stops any run that takes longer with SessionError(CANCELLED); `memory_limit`
