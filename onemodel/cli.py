@@ -1,4 +1,5 @@
-"""The `onemodel` command line: run, info, demo. Each prints one line of JSON."""
+"""The `onemodel` command line: run, info, demo (each prints one line of JSON) and bench (a
+table, optionally JSON and Markdown files)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true", help="time per operator label")
     run.add_argument("--mode", choices=["fast", "exact"], default="fast")
     run.add_argument("--backend", help="kernel path by name (default: the best available)")
+    run.add_argument("--trace", metavar="FILE", help="Chrome trace-event JSON of one run")
     info = commands.add_parser("info", help="inputs, outputs, opsets, unsupported operators")
     info.add_argument("model")
     demo = commands.add_parser("demo", help="build a small MLP model and run it")
     demo.add_argument("--backend", help="kernel path by name (default: the best available)")
     demo.add_argument("--batch", type=int, default=8)
+    bench = commands.add_parser(
+        "bench", help="onemodel against onnxruntime and the onnx reference evaluator"
+    )
+    from onemodel.bench import add_arguments
+
+    add_arguments(bench)
     return parser
 
 
@@ -36,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     from onemodel import demo, runner
 
     try:
+        if args.command == "bench":
+            from onemodel.bench import main_bench
+
+            main_bench(args)
+            return 0
         if args.command == "run":
             report = runner.run_model(
                 args.model,
@@ -47,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
                 profile=args.profile,
                 mode=args.mode,
                 backend=args.backend,
+                trace=args.trace,
             )
         elif args.command == "info":
             report = runner.model_info(args.model)
         else:
             report = demo.main(args.backend, args.batch)
-    except (SessionError, BackendUnavailableError, ValueError, OSError) as error:
+    except (SessionError, BackendUnavailableError, ValueError, OSError, RuntimeError) as error:
         print(f"onemodel: {error}", file=sys.stderr)
         return 2
     print(json.dumps(report))

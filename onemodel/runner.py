@@ -7,8 +7,9 @@ one-line JSON report as a dict.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ def run_model(
     profile: bool = False,
     mode: str = "fast",
     backend: str | None = None,
+    trace: str | None = None,
 ) -> dict[str, Any]:
     options = SessionOptions(mode=ExecutionMode(mode), intra_op_threads=threads, backend=backend)
     started = time.perf_counter()
@@ -120,7 +122,44 @@ def run_model(
             session.run(None, feeds, profile=timings)
         counts = {label: len(times) // runs for label, times in timings.items()}
         report["profile"] = profile_rows(timings, runs, counts)
+    if trace:
+        report["trace"] = write_trace(session, feeds, trace)
     return report
+
+
+def trace_events(records: Iterable[tuple], origin: float) -> list[dict[str, Any]]:
+    """Chrome trace events ("X", complete) for per-step records (node name, op type, start and
+    duration in perf_counter seconds, input shapes), timestamps in µs from `origin`."""
+    events = []
+    for index, (name, op_type, start, duration, shapes) in enumerate(records):
+        events.append(
+            {
+                "name": name or f"{op_type}_{index}",
+                "cat": op_type,
+                "ph": "X",
+                "ts": round((start - origin) * 1e6, 3),
+                "dur": round(duration * 1e6, 3),
+                "pid": 0,
+                "tid": 0,
+                "args": {
+                    "op": op_type,
+                    "shapes": [None if s is None else [int(d) for d in s] for s in shapes],
+                },
+            }
+        )
+    return events
+
+
+def write_trace(session: Session, feeds: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """Run once collecting one record per executed step; write Chrome trace-event JSON that
+    chrome://tracing and Perfetto open. Returns the file and its event count."""
+    records: list[tuple] = []
+    origin = time.perf_counter()
+    session.run(None, feeds, trace=records)
+    events = trace_events(records, origin)
+    document = {"traceEvents": events, "displayTimeUnit": "ms"}
+    Path(path).write_text(json.dumps(document))
+    return {"file": str(path), "events": len(events)}
 
 
 def _max_abs_error(session: Session, outputs: list, golden: Mapping[str, np.ndarray]) -> float:

@@ -151,15 +151,17 @@ class Session:
         profile: dict[str, list[float]] | None = None,
         cancel: CancellationToken | None = None,
         timeout: float | None = None,
+        trace: list[tuple] | None = None,
     ) -> list[Any]:
         """The outputs named (all when None), in that order, for the given inputs.
 
         `cancel` (a token another thread may cancel) and `timeout` (seconds; default the
         session's `run_timeout`) are checked between operators and in every Loop and Scan
         iteration; either stops the run with SessionError(CANCELLED) and leaves the session
-        usable."""
+        usable. `trace` (a list) gets one record per executed step: (node name, op type,
+        perf_counter start, seconds, input shapes)."""
         wanted = self._wanted(output_names)
-        results = self._run(feeds, None, profile, self._guard(cancel, timeout))
+        results = self._run(feeds, None, profile, self._guard(cancel, timeout), trace)
         return [results[position] for position in wanted]
 
     def run_into(
@@ -206,6 +208,7 @@ class Session:
         outputs: Mapping[str, Any] | None,
         profile: dict[str, list[float]] | None,
         guard: RunGuard | None,
+        trace: list[tuple] | None = None,
     ) -> list[Any]:
         if self._closed:
             raise SessionError(ErrorKind.DISPOSED, "the session is closed")
@@ -214,7 +217,7 @@ class Session:
         targets = self._targets(plan, outputs) if outputs else None
         if guard is not None:
             guard.charge(plan.memory.slab_bytes, what="the plan's slab")
-        return self._executor.run(signature, arrays, targets, profile, guard)
+        return self._executor.run(signature, arrays, targets, profile, guard, trace)
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[int]:
         names = [meta.name for meta in self.outputs]

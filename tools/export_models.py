@@ -4,6 +4,7 @@ Run it by hand, never in CI: it needs torch, which is not a dependency of onemod
 
     pip install torch onnxscript   # locally only
     python tools/export_models.py [--out tests/models]
+    python tools/export_models.py --bench-set [--out benchmarks/models]   # larger, for bench
 
 Each model is exported with the TorchScript exporter (``dynamo=False``) at opset 17 with a
 dynamic ``batch`` axis, so the graphs carry the op patterns that real exported models have:
@@ -289,17 +290,196 @@ def export(name: str, out: Path) -> None:
     print(op_summary(proto))
 
 
+# -- the benchmark set (`--bench-set`): larger models for `onemodel bench`, not for tests -------
+#
+# Written to benchmarks/models/ (too large for tests/models) with the same `<name>.inputs.npz`
+# beside each, which `onemodel bench benchmarks/models/<name>.onnx` picks up.
+
+BENCH_SET = ("resnet18_224", "bert_seq128", "gpt2_block", "lstm", "gru")
+BENCH_OUT = Path("benchmarks/models")
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block, with a strided 1x1 projection when the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.first = conv_bn(cin, cout, stride)
+        self.second = conv_bn(cout, cout)
+        self.project = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.project(x) + self.second(torch.relu(self.first(x))))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 written out (no torchvision): (batch, 3, 224, 224) → (batch, 1000)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
+        blocks, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
+
+
+class Bert(nn.Module):
+    """A BERT-style encoder (BERT-small sizes: 4 layers, 512 wide, 8 heads) on token ids:
+    token + position embeddings, LayerNorm, post-norm encoder layers, (batch, seq, 512)."""
+
+    def __init__(self, vocab: int = 30522, d_model: int = 512, layers: int = 4) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(512, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, 8, 4 * d_model) for _ in range(layers))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1]).unsqueeze(0)
+        x = self.norm(self.tokens(input_ids) + self.positions(positions))
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class GPT2Block(nn.Module):
+    """One GPT-2 (124M sizes) pre-norm decoder block with a causal mask on (batch, seq, 768)."""
+
+    def __init__(self, d_model: int = 768, nhead: int = 12) -> None:
+        super().__init__()
+        self.nhead, self.head_dim = nhead, d_model // nhead
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.out = nn.Linear(4 * d_model, d_model)
+        self.act = nn.GELU(approximate="tanh")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq = x.shape[0], x.shape[1]
+        q, k, v = self.qkv(self.ln1(x)).split(self.nhead * self.head_dim, dim=-1)
+        q, k, v = (
+            t.reshape(batch, seq, self.nhead, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        causal = torch.ones(seq, seq).tril() == 0
+        scores = scores.masked_fill(causal, float("-inf"))
+        attended = torch.matmul(torch.softmax(scores, dim=-1), v)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, seq, -1))
+        return x + self.out(self.act(self.fc(self.ln2(x))))
+
+
+class Recurrent(nn.Module):
+    """A 2-layer LSTM or GRU (hidden 256) on (batch, seq 64, 128) and a linear head."""
+
+    def __init__(self, cell: type[nn.Module]) -> None:
+        super().__init__()
+        self.rnn = cell(128, 256, num_layers=2, batch_first=True)
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(x)[0])
+
+
+def bench_build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str], dict]:
+    """A benchmark-set model in eval mode, its inputs, output names and export options."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    options: dict = {}
+    if name == "resnet18_224":
+        model: nn.Module = ResNet18()
+        randomise_batchnorm(model, torch.Generator().manual_seed(1))
+        inputs = {"image": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+        outputs, axes = ["logits"], {"image": {0: "batch"}, "logits": {0: "batch"}}
+    elif name == "bert_seq128":
+        model = Bert()
+        randomise_layernorm(model, torch.Generator().manual_seed(1))
+        inputs = {"input_ids": rng.integers(0, 30522, size=(1, 128), dtype=np.int64)}
+        outputs = ["hidden"]
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "hidden": {0: "batch", 1: "seq"}}
+    elif name == "gpt2_block":
+        model = GPT2Block()
+        randomise_layernorm(model, torch.Generator().manual_seed(1))
+        inputs = {"hidden_in": rng.standard_normal((1, 128, 768)).astype(np.float32)}
+        outputs = ["hidden"]
+        axes = {"hidden_in": {0: "batch", 1: "seq"}, "hidden": {0: "batch", 1: "seq"}}
+    elif name in ("lstm", "gru"):
+        model = Recurrent(nn.LSTM if name == "lstm" else nn.GRU)
+        inputs = {"sequence": rng.standard_normal((1, 64, 128)).astype(np.float32)}
+        outputs, axes = ["logits"], {"sequence": {0: "batch"}, "logits": {0: "batch"}}
+    else:
+        raise ValueError(name)
+    model.eval()
+    options["dynamic_axes"] = axes
+    return model, inputs, outputs, options
+
+
+def export_bench(name: str, out: Path) -> None:
+    """Export one benchmark-set model, check onnxruntime against torch, save its inputs."""
+    model, inputs, output_names, options = bench_build(name)
+    path = out / f"{name}.onnx"
+    args = tuple(torch.from_numpy(array) for array in inputs.values())
+    torch.onnx.export(
+        model,
+        args,
+        str(path),
+        input_names=list(inputs),
+        output_names=output_names,
+        opset_version=OPSET,
+        dynamo=False,
+        **options,
+    )
+    onnx.checker.check_model(str(path), full_check=True)
+    with torch.no_grad():
+        expected = model(*args)
+    expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, inputs)
+    worst = compare(name, output_names, expected, got)
+    arrays = dict(inputs)
+    arrays.update({f"output:{n}": a for n, a in zip(output_names, got, strict=True)})
+    np.savez(out / f"{name}.inputs.npz", **arrays)
+    size = path.stat().st_size
+    print(f"{name}.onnx: {size / 2**20:.1f} MiB, max |torch - onnxruntime| = {worst:.3g}")
+    print(op_summary(onnx.load(str(path))))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("tests/models"))
-    parser.add_argument("models", nargs="*", default=["mlp", "cnn", "transformer"])
+    parser.add_argument("--out", type=Path, default=None, help="default tests/models")
+    parser.add_argument(
+        "--bench-set",
+        action="store_true",
+        help=f"export the benchmark set ({', '.join(BENCH_SET)}) to {BENCH_OUT} instead",
+    )
+    parser.add_argument("models", nargs="*")
     args = parser.parse_args(argv)
+    args.out = args.out or (BENCH_OUT if args.bench_set else Path("tests/models"))
+    args.models = args.models or (
+        list(BENCH_SET) if args.bench_set else ["mlp", "cnn", "transformer"]
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     # The TorchScript exporter is chosen on purpose (see above); torch warns that it is legacy.
     warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based")
     print(f"torch {torch.__version__}, onnx {onnx.__version__}, onnxruntime {ort.__version__}")
     for name in args.models:
-        export(name, args.out)
+        (export_bench if args.bench_set else export)(name, args.out)
     return 0
 
 

@@ -64,12 +64,13 @@ class GraphExecutor:
         targets: Mapping[int, Any] | None = None,
         profile: dict[str, list[float]] | None = None,
         guard: Any = None,
+        trace: list[tuple] | None = None,
     ) -> list[Any]:
         """Run with arrays by input value id; they must match `signature`."""
         _, pool = self.plan(signature)
         state = pool.take()
         try:
-            return state.run(arrays, targets, profile, guard)
+            return state.run(arrays, targets, profile, guard, trace)
         finally:
             pool.give(state)
 

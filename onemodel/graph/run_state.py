@@ -68,9 +68,11 @@ class RunState:
         outputs: Mapping[int, Any] | None = None,
         profile: dict[str, list[float]] | None = None,
         guard: Any = None,
+        trace: list[tuple] | None = None,
     ) -> list[Any]:
         """Run the plan; `outputs` may give arrays to write graph outputs into (by value id);
-        `guard` (a RunGuard) is checked before every step."""
+        `guard` (a RunGuard) is checked before every step; `trace` gets one record per executed
+        step: (node name, op type, perf_counter start, seconds, input shapes or None)."""
         plan = self.plan
         xp = plan.graph.kernels.xp
         ctx = self.ctx
@@ -86,7 +88,8 @@ class RunState:
                 continue
             if guard is not None:
                 guard.check(step.node.info.name)
-            started = time.perf_counter() if profile is not None else 0.0
+            timed = profile is not None or trace is not None
+            started = time.perf_counter() if timed else 0.0
             ins = [None if i == ABSENT else table[i] for i in step.inputs]
             if step.kind is StepKind.STATIC:
                 outs = []
@@ -108,8 +111,14 @@ class RunState:
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
             else:
                 self._run_dynamic(step, ins, table)
-            if profile is not None:
-                profile.setdefault(step.node.info.op_type, []).append(time.perf_counter() - started)
+            if timed:
+                elapsed = time.perf_counter() - started
+                if profile is not None:
+                    profile.setdefault(step.node.info.op_type, []).append(elapsed)
+                if trace is not None:
+                    shapes = [getattr(value, "shape", None) for value in ins]
+                    info = step.node.info
+                    trace.append((info.name, info.op_type, started, elapsed, shapes))
             if self.checked:
                 for offset, size in plan.memory.releases[index]:
                     self.slab[offset : offset + size] = POISON
