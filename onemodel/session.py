@@ -77,6 +77,13 @@ class Session:
                 f"IR version {model.ir_version} is not one this onnx ({onnx.__version__}) "
                 f"defines (1..{onnx.IR_VERSION})",
             )
+        default_opset = model.opsets.get("")
+        if default_opset is not None and not 1 <= default_opset <= onnx.defs.onnx_opset_version():
+            raise SessionError(
+                ErrorKind.INVALID_MODEL,
+                f"the model imports opset {default_opset} of the default domain; this onnx "
+                f"({onnx.__version__}) defines 1..{onnx.defs.onnx_opset_version()}",
+            )
         self.kernels = _kernels(options.backend)
         self.model_info = model
         checked = checked_by_default() if options.checked is None else options.checked
@@ -104,11 +111,9 @@ class Session:
         cancel: CancellationToken | None = None,
     ) -> Session:
         """A session for a model at a path, in bytes, or in a binary stream; `cancel` is
-        checked after import and between operators while compiling."""
-        model = load_model(source)
-        if cancel is not None:
-            RunGuard(cancel, None).check()
-        return cls(model, options, cancel)
+        checked between nodes while importing and between operators while compiling."""
+        check = None if cancel is None else RunGuard(cancel, None).check
+        return cls(load_model(source, check=check), options, cancel)
 
     @classmethod
     def create(

@@ -146,3 +146,15 @@ def test_the_memory_limit_refuses_a_plan_whose_slab_is_larger():
     with pytest.raises(SessionError, match="slab") as error:
         session.run(None, {"x": np.ones(1000, np.float32)})
     assert error.value.kind is ErrorKind.UNSUPPORTED
+
+
+def test_a_cancelled_token_stops_the_import_at_a_node():
+    token = CancellationToken()
+    token.cancel()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["x2"], name="first")], "g", [x], [
+        helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1])])  # fmt: skip
+    data = helper.make_model(graph).SerializeToString()
+    with pytest.raises(SessionError, match="cancelled") as error:
+        Session.load(data, cancel=token)
+    assert error.value.kind is ErrorKind.CANCELLED and error.value.node == "first"

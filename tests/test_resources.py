@@ -150,3 +150,13 @@ def test_if_nested_deep_runs_or_is_refused_cleanly(depth):
         return
     (y,) = session.run(None, {"c": np.array(True), "x": np.array([4.0], np.float32)})
     assert y.tolist() == [4.0]
+
+
+@pytest.mark.parametrize("opset", [0, onnx.defs.onnx_opset_version() + 1])
+def test_default_domain_opsets_onnx_does_not_define_make_the_model_invalid(opset):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g", [x], [x])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    with pytest.raises(SessionError, match=f"opset {opset} of the default domain") as error:
+        Session.load(model.SerializeToString())
+    assert error.value.kind is ErrorKind.INVALID_MODEL

@@ -66,17 +66,23 @@ _Complaint: TypeAlias = Callable[[str], SessionError]
 _INLINE_SEPARATOR = "/"
 
 
-def load_model(source: ModelSource, *, base_dir: str | os.PathLike[str] | None = None) -> Model:
+def load_model(
+    source: ModelSource,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    check: Callable[[str | None], None] | None = None,
+) -> Model:
     """Import an ONNX model from a path, bytes or a binary stream.
 
     External data is read relative to `base_dir`, which defaults to the folder of a path
     source; bytes and streams have no folder, so their external data needs `base_dir`.
     A missing or unreadable model file raises the usual OSError; a broken model raises
-    SessionError(INVALID_MODEL).
+    SessionError(INVALID_MODEL). `check(node_name)`, when given, is called before each node is
+    imported, so a cancellation can stop a long import.
     """
     data, where, folder = _read_source(source)
     base = Path(base_dir) if base_dir is not None else folder
-    return _import_model(_parse(data, where), base, where)
+    return _import_model(_parse(data, where), base, where, check)
 
 
 def model_from_proto(
@@ -119,7 +125,12 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
         raise _invalid(f"{where} is not a valid ONNX model ({error})") from error
 
 
-def _import_model(proto: onnx.ModelProto, base_dir: Path | None, where: str) -> Model:
+def _import_model(
+    proto: onnx.ModelProto,
+    base_dir: Path | None,
+    where: str,
+    check: Callable[[str | None], None] | None = None,
+) -> Model:
     if not proto.HasField("graph"):
         raise _invalid(f"{where} has no graph")
     opsets = _model_opsets(proto)
@@ -129,6 +140,7 @@ def _import_model(proto: onnx.ModelProto, base_dir: Path | None, where: str) -> 
         # Before IR version 4 every initializer had to be listed as an input, and such
         # listings are constants (as in onnxruntime), not inputs a caller may override.
         initializers_can_be_inputs=proto.ir_version >= 4,
+        check=check,
     )
     return Model(
         graph=importer.graph(proto.graph, _NO_OUTER_SCOPE),
@@ -442,7 +454,9 @@ class _Importer:
         tensors: _TensorReader,
         functions: dict[_FunctionKey, onnx.FunctionProto],
         initializers_can_be_inputs: bool,
+        check: Callable[[str | None], None] | None = None,
     ) -> None:
+        self._check = check
         self._tensors = tensors
         self._function_protos = functions
         self._functions: dict[_FunctionKey, _Function] = {}
@@ -492,6 +506,8 @@ class _Importer:
         value_names = _Names(own | produced | {name for proto in protos for name in proto.input})
         nodes: list[Node] = []
         for proto, name in zip(protos, names, strict=True):
+            if self._check is not None:
+                self._check(name)
             node = self._node(proto, name, scope)
             function = self._callee(proto)
             if function is None:
