@@ -557,7 +557,7 @@ class RMSNormalizationOp(Operator):
         self.epsilon = float(node.attr("epsilon", 1e-5))
         self.stash_type = int(node.attr("stash_type", DType.FLOAT))
         if self.stash_type not in FLOATS:
-            raise node.invalid(f"RMSNormalization: stash_type {self.stash_type} is not a float")
+            raise node.invalid(f"{node.op_type}: stash_type {self.stash_type} is not a float")
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         self.check_types(ctx, FLOATS)

@@ -15,7 +15,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onemodel.graph.operators import activations
-from onemodel.graph.operators.attention import DotProductAttention, RotaryEmbeddingOp
+from onemodel.graph.operators.attention import (
+    DotProductAttention,
+    RMSNormalizationOp,
+    RotaryEmbeddingOp,
+)
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -309,18 +313,11 @@ class SkipSimplifiedLayerNormalization(SkipNormalization):
     root_mean_square = True
 
 
-class SimplifiedLayerNormalization(Operator):
+class SimplifiedLayerNormalization(RMSNormalizationOp):
     """RMS normalization over the axes from `axis` on: X / √(mean(X²) + ε) · scale, with the
     optional second output the inverse root mean square (stash_type, the statistics' shape).
-    The statistics are computed in stash_type but never narrower than float32."""
-
-    def __init__(self, node: NodeInfo) -> None:
-        super().__init__(node)
-        self.axis = int(node.attr("axis", -1))
-        self.epsilon = float(node.attr("epsilon", 1e-5))
-        self.stash_type = int(node.attr("stash_type", DType.FLOAT))
-        if self.stash_type not in FLOATS:
-            raise node.invalid(f"{node.op_type}: stash_type {self.stash_type} is not a float")
+    The statistics are computed in stash_type but never narrower than float32. The attributes
+    are RMSNormalization's; the outputs differ (X's type, and the optional statistics)."""
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         self.check_types(ctx, FLOATS)
