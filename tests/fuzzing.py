@@ -1,6 +1,7 @@
 """Mutation fuzzing of model loading and running, one worker subprocess at a time.
 
-Each case is a mutated copy of a small valid model (bit flips, truncation, attribute kinds,
+Each case is a mutated copy of a small valid model (the example MLP, the exported MLP, CNN and
+transformer, and two scikit-learn models, one with Scan and TopK) (bit flips, truncation, attribute kinds,
 dims, element types, rewired inputs, initializer dims) run on inputs made from its declared
 types, or the unmutated model run on inputs in other layouts (Fortran order, big-endian,
 strided), whose result must equal the plain run bit for bit. The only acceptable outcomes are a
@@ -38,6 +39,8 @@ def seed_models() -> list[bytes]:
         (MODELS / "mlp.onnx").read_bytes(),
         (MODELS / "cnn.onnx").read_bytes(),
         (MODELS / "transformer.onnx").read_bytes(),
+        (MODELS / "sklearn" / "random_forest.onnx").read_bytes(),
+        (MODELS / "sklearn" / "kneighbors.onnx").read_bytes(),  # Scan, TopK, ai.onnx.ml
     ]
 
 
