@@ -1,12 +1,12 @@
 """Mutation fuzzing of model loading and running, one worker subprocess at a time.
 
-Each case is a mutated copy of a small valid model (the example MLP, the exported MLP, CNN and
-transformer, and two scikit-learn models, one with Scan and TopK) (bit flips, truncation, attribute kinds,
+Each case is a mutated copy of a small valid model (bit flips, truncation, attribute kinds,
 dims, element types, rewired inputs, initializer dims) run on inputs made from its declared
 types, or the unmutated model run on inputs in other layouts (Fortran order, big-endian,
-strided), whose result must equal the plain run bit for bit. The only acceptable outcomes are a
-result (equal where it must be) or a SessionError; a crash, a hang, a memory blow-up or any
-other exception is a finding.
+strided), whose result must equal the plain run bit for bit. The models: the example MLP, the
+exported MLP, CNN and transformer, and two scikit-learn models (one with Scan and TopK). The
+only acceptable outcomes are a result (equal where it must be) or a SessionError; a crash, a
+hang, a memory blow-up or any other exception is a finding.
 
     python tests/fuzzing.py --cases 5000 --seed 7     # a longer run than CI's
 """
