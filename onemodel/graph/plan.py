@@ -140,14 +140,9 @@ class ExecutionPlan:
             self._plan(node)
         self.names = [*graph.names, *(f"#unused{i}" for i in range(self._extra_ids()))]
         self.output_ids = graph.output_ids
-        self.fresh_outputs = {
-            value_id
-            for step in self.steps
-            if step.kind is StepKind.STATIC
-            for value_id in step.outputs
-            if value_id in set(self.output_ids)
-        }
         self.memory = self._plan_memory()
+        # Graph outputs a static step writes into a new array each run: the caller may keep them.
+        self.fresh_outputs = self.per_run & set(self.output_ids)
 
     # -- seeding -------------------------------------------------------------------------------
 

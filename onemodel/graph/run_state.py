@@ -181,15 +181,11 @@ class RunState:
                     )
                 target[...] = array
             return target
-        if self._owned(value_id) or array is None:
+        if value_id in self.plan.fresh_outputs or array is None:
             return array
         if isinstance(array, list):
             return [element.copy() for element in array]
         return array.copy()
-
-    def _owned(self, value_id: int) -> bool:
-        """Whether the output's array was made fresh for this run by the step producing it."""
-        return value_id in self.plan.fresh_outputs
 
 
 class StatePool:
