@@ -23,6 +23,7 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
+from onemodel.graph.passes.base import OptimizationLevel
 from onemodel.graph.plan import ExecutionPlan, signature_of
 from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
@@ -34,17 +35,11 @@ class ExecutionMode(enum.Enum):
     EXACT = "exact"
 
 
-class OptimizationLevel(enum.IntEnum):
-    NONE = 0
-    BASIC = 1
-    ALL = 2
-
-
 @dataclass
 class SessionOptions:
     """How a session runs. `intra_op_threads` is accepted for compatibility and changes speed
-    only (NumPy's BLAS decides its own threads for now); `optimization_level` is accepted and
-    has no effect until the graph passes exist; `backend` names a kernel path
+    only (NumPy's BLAS decides its own threads for now); `optimization_level` selects the
+    graph passes (docs/graph-passes.md); `backend` names a kernel path
     (`KernelPaths.names()`), None picking the best available; `checked` poisons dead slab
     blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable); `run_timeout`
     (seconds) stops any run that takes longer with SessionError(CANCELLED); `memory_limit`
@@ -93,6 +88,7 @@ class Session:
             exact=options.mode is ExecutionMode.EXACT,
             checked=checked,
             guard=None if cancel is None else RunGuard(cancel, None),
+            level=OptimizationLevel(options.optimization_level),
         )
         self._executor = GraphExecutor(
             self._graph, max_cached_plans=options.max_cached_plans, checked=checked

@@ -18,6 +18,8 @@ from onemodel.graph import ir
 from onemodel.graph.gradient import expand_gradients, has_gradients
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
+from onemodel.graph.passes.base import OptimizationLevel, PassContext
+from onemodel.graph.passes.pass_graph import PassGraph, PassNode
 from onemodel.tensors import TensorShapeError
 from onemodel.tensors.shapes import check_shape
 
@@ -55,6 +57,7 @@ class CompiledGraph:
         exact: bool = False,
         checked: bool = False,
         guard: Any = None,
+        level: OptimizationLevel = OptimizationLevel.NONE,
     ) -> None:
         if has_gradients(model.graph):
             model = expand_gradients(model)
@@ -88,15 +91,22 @@ class CompiledGraph:
                         ErrorKind.INVALID_MODEL, f"declares {error}", value=meta.name
                     ) from None
         self.output_ids = [self.value_id(info.name) for info in graph.outputs]
+        constants, default_arrays = {}, {}
+        for name, array in graph.initializers.items():
+            value_id = self._ids.get(name)
+            if value_id is not None:
+                (default_arrays if name in defaults else constants)[value_id] = array
+        self.passes_ran: list[str] = []
+        if level > OptimizationLevel.NONE:
+            constants = self._run_passes(graph, constants, level)
         used = {i for node in self.nodes for i in node.inputs} | set(self.output_ids)
         self.weights: dict[int, Any] = {}
         self.defaults: dict[int, Any] = {}
-        for name, array in graph.initializers.items():
-            value_id = self._ids.get(name)
-            if value_id is None or value_id not in used:
-                continue  # a weight no live node reads is not copied
-            device = kernels.xp.asarray(np.array(array))  # our own copy: the IR can be dropped
-            (self.defaults if name in defaults else self.weights)[value_id] = device
+        for source, target in ((constants, self.weights), (default_arrays, self.defaults)):
+            for value_id, array in source.items():
+                if value_id in used:  # a weight no live node reads is not copied
+                    # our own copy: the IR can be dropped
+                    target[value_id] = kernels.xp.asarray(np.array(array))
 
     def value_id(self, name: str) -> int:
         if not name:
@@ -138,6 +148,37 @@ class CompiledGraph:
                 operators=missing,
             )
         return compiled
+
+    def _run_passes(
+        self, graph: ir.Graph, constants: dict[int, Any], level: OptimizationLevel
+    ) -> dict[int, Any]:
+        """Edit the resolved nodes with the graph passes; returns the constants afterwards
+        (folding adds some, fusion and elimination leave others unread)."""
+        from onemodel.graph.passes.table import run_passes  # folding builds on the planner
+
+        elem_types = {}
+        for info in (*graph.inputs, *graph.outputs, *graph.value_infos.values()):
+            value_id = self._ids.get(info.name)
+            if value_id is not None and info.type.kind == "tensor" and info.type.elem_type:
+                elem_types[value_id] = info.type.elem_type
+        pass_graph = PassGraph(
+            self.names,
+            (PassNode(n.operator, n.info, list(n.inputs), list(n.outputs)) for n in self.nodes),
+            dict(constants),
+            self.input_ids,
+            self.output_ids,
+            elem_types,
+            dict(self.opsets),
+        )
+        check = None if self._guard is None else self._guard.check
+        self.passes_ran = run_passes(
+            pass_graph, level, PassContext(self.kernels, self.exact, check)
+        )
+        self.nodes = [
+            CompiledNode(n.operator, n.info, tuple(n.inputs), tuple(n.outputs))
+            for n in pass_graph.nodes
+        ]
+        return pass_graph.constants
 
     def _compile_body(self, body: ir.Graph) -> Any:
         """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the

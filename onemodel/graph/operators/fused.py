@@ -1,0 +1,113 @@
+"""Fused: a chain of operators run as one step, made by the fusion pass (seed 001's fused steps).
+
+The first member (a Conv, Gemm, MatMul or element-wise operator) reads the fused node's
+inputs; every later member is element-wise and reads the previous member's result, its other
+inputs being inputs of the fused node. Intermediate results go straight into the step's output
+array when they have its shape and type, else into run scratch: a chain of N operators then
+needs one slab buffer instead of N and one step of the run loop. Each member computes exactly
+as it would alone, so fusing preserves bits.
+
+The operator is built by the pass from already-constructed members, never from an ONNX node,
+so it has no entry in the operator table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from onemodel.graph.operators.base import (
+    Array,
+    Constant,
+    InferContext,
+    NodeInfo,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.tensors import onnx_code_for_numpy
+
+PREVIOUS = -1  # a member input that is the previous member's result
+_MAX_REMEMBERED = 64  # input signatures whose member specs are kept
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One operator of the chain and where each of its inputs comes from: an index into the
+    fused node's inputs, PREVIOUS, or None for an absent optional input."""
+
+    operator: Operator
+    sources: tuple[int | None, ...]
+
+    def inputs(self, fused_inputs: Sequence[Any], previous: Any) -> list[Any]:
+        return [
+            previous if s == PREVIOUS else None if s is None else fused_inputs[s]
+            for s in self.sources
+        ]
+
+
+class Fused(Operator):
+    """Members run one after another inside one step; see the module docstring."""
+
+    def __init__(self, node: NodeInfo, members: Sequence[Member]) -> None:
+        super().__init__(node)
+        self.members = tuple(members)
+        self.supports_exact = all(m.operator.supports_exact for m in self.members)  # type: ignore[misc]
+        # Specs of the intermediate results by input signature, filled by `infer` (plan time)
+        # so that `run` decides where each result goes without shape arithmetic.
+        self._specs: dict[tuple, tuple[TensorSpec, ...]] = {}
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        previous: TensorSpec | None = None
+        previous_value = None
+        specs = []
+        for member in self.members:
+            member_specs = member.inputs(ctx.specs, previous)
+            values = member.inputs([ctx.constant(i) for i in range(len(ctx))], previous_value)
+            stated = member.operator.infer(
+                InferContext(member.operator.node, member_specs, values)
+            )[0]
+            if isinstance(stated, Constant):
+                previous_value = stated.value
+                stated = TensorSpec(onnx_code_for_numpy(stated.value.dtype), stated.value.shape)
+            else:
+                previous_value = None
+            previous = stated
+            specs.append(stated)
+        if len(self._specs) >= _MAX_REMEMBERED:
+            self._specs.clear()
+        self._specs[_signature(ctx.specs)] = tuple(specs)
+        return [specs[-1]]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        (out,) = outputs
+        specs = self._specs.get(_signature_of_arrays(inputs))
+        if specs is None:  # a run whose plan was made by another signature's infer
+            self.infer(_context_of(self.node, inputs))
+            specs = self._specs[_signature_of_arrays(inputs)]
+        previous = None
+        last = len(self.members) - 1
+        for index, (member, spec) in enumerate(zip(self.members, specs, strict=True)):
+            if index == last or (spec.shape == out.shape and spec.numpy_dtype == out.dtype):
+                target = out
+            else:
+                target = ctx.scratch(spec.shape, spec.numpy_dtype)
+            member.operator.run(ctx, member.inputs(inputs, previous), [target])
+            previous = target
+
+
+def _signature(specs: Sequence[TensorSpec | None]) -> tuple:
+    return tuple(None if s is None else (s.numpy_dtype, s.shape) for s in specs)
+
+
+def _signature_of_arrays(arrays: Sequence[Array | None]) -> tuple:
+    return tuple(None if a is None else (a.dtype, a.shape) for a in arrays)
+
+
+def _context_of(node: NodeInfo, arrays: Sequence[Array | None]) -> InferContext:
+    specs = [
+        None if a is None else TensorSpec(onnx_code_for_numpy(a.dtype), tuple(a.shape))
+        for a in arrays
+    ]
+    return InferContext(node, specs, [None] * len(arrays))
