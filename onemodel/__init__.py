@@ -1,9 +1,9 @@
 """onemodel: run ONNX models from Python on NumPy or CuPy, with a bit-exact mode."""
 
 from onemodel.cancellation import CancellationToken
+from onemodel.compat.onnxruntime import InferenceSession
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.model import Model, load
-from onemodel.ort_api import InferenceSession
 from onemodel.session import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.tensors import DType, Layout, Tensor
 
