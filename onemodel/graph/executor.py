@@ -20,10 +20,20 @@ from onemodel.graph.run_state import StatePool
 class GraphExecutor:
     """Plans by input signature (the oldest dropped beyond `max_cached_plans`) and runs."""
 
-    def __init__(self, graph: CompiledGraph, *, max_cached_plans: int = 16, checked: bool = False):
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        *,
+        max_cached_plans: int = 16,
+        checked: bool = False,
+        threads: int | None = None,
+    ):
+        """`threads`: the intra-op thread count every run gives the backend first (0: all
+        cores); None for a body, which runs inside its node's run and keeps its count."""
         if max_cached_plans < 1:
             raise ValueError("max_cached_plans must be at least 1")
         self.graph = graph
+        self.threads = threads
         self.max_cached_plans = max_cached_plans
         self.checked = checked
         self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
@@ -68,6 +78,8 @@ class GraphExecutor:
     ) -> list[Any]:
         """Run with arrays by input value id; they must match `signature`."""
         _, pool = self.plan(signature)
+        if self.threads is not None:
+            self.graph.kernels.use_threads(self.threads)
         state = pool.take()
         try:
             return state.run(arrays, targets, profile, guard, trace)

@@ -8,6 +8,7 @@ outputs and the values of dynamic steps.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.compiled import ABSENT
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
+from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.graph.plan import (
     ExecutionPlan,
     HostValues,
@@ -30,10 +32,53 @@ from onemodel.tensors import Arena, BufferPool
 from onemodel.tensors.buffers import POISON
 
 
+class Prepared:
+    """What a plan's runs share beyond the plan: per step, the operator call with the values
+    `PreparesConstants.prepare` derived from the step's constant inputs (packed weights).
+    Made once per plan, read-only afterwards."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        ctx = RunContext(plan.graph.kernels, plan.graph.exact)
+        self.calls: list[Any] = []
+        for step in plan.steps:
+            operator = step.node.operator
+            call = operator.run
+            if isinstance(operator, PreparesConstants) and step.kind is StepKind.STATIC:
+                constants = [None if i == ABSENT else plan.constants[i] for i in step.inputs]
+                prepared = operator.prepare(ctx, constants)
+                if prepared is not None:
+                    call = functools.partial(_run_prepared, operator.run_prepared, prepared)
+            self.calls.append(call)
+
+
+def _run_prepared(run_prepared: Any, prepared: Any, ctx: Any, ins: Any, outs: Any) -> Any:
+    return run_prepared(ctx, prepared, ins, outs)
+
+
+class _Step:
+    """One step of a run with everything that does not change between runs looked up."""
+
+    __slots__ = ("call", "fixed_outs", "inputs", "kind", "node", "outputs", "specs", "view_of")
+
+    def __init__(self, step: Any, call: Any, table: list[Any], per_run: set[int]) -> None:
+        self.kind = step.kind
+        self.node = step.node
+        self.call = call
+        self.inputs = step.inputs  # ABSENT (−1) reads the table's last slot, which is None
+        self.outputs = step.outputs
+        self.specs = step.specs
+        self.view_of = step.node.operator.view_of_input
+        fixed = step.kind is StepKind.STATIC and not any(v in per_run for v in step.outputs)
+        # Static outputs in the slab are the same arrays in every run of this state.
+        self.fixed_outs = [table[v] for v in step.outputs] if fixed else None
+
+
 class RunState:
     """The slab of one plan and the value table that starts every run."""
 
-    def __init__(self, plan: ExecutionPlan, *, checked: bool = False) -> None:
+    def __init__(
+        self, plan: ExecutionPlan, *, checked: bool = False, prepared: Prepared | None = None
+    ) -> None:
         self.plan = plan
         self.checked = checked
         memory = plan.graph.kernels.memory
@@ -46,17 +91,21 @@ class RunState:
             spec = plan.specs[value_id]
             offset = offsets[plan.names[value_id]]
             table[value_id] = self._view(offset, spec)
+        table.append(None)  # the slot ABSENT (−1) reads
         self.base_table = table
         self.arena = Arena(BufferPool(memory, checked=checked))
         self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, self.arena)
+        calls = (prepared or Prepared(plan)).calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
-        self.skip = [
-            step.kind is StepKind.VIEW and step.outputs[0] in plan.in_slab for step in plan.steps
-        ]
-        for step, skipped in zip(plan.steps, self.skip, strict=True):
-            if skipped:
+        self.steps: list[_Step] = []
+        self.releases: list[Any] = []
+        for index, step in enumerate(plan.steps):
+            if step.kind is StepKind.VIEW and step.outputs[0] in plan.in_slab:
                 source = table[step.inputs[step.node.operator.view_of_input]]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
+                continue
+            self.steps.append(_Step(step, calls[index], table, plan.per_run))
+            self.releases.append(plan.memory.releases[index])
 
     def _view(self, offset: int, spec: TensorSpec) -> Any:
         nbytes = spec.nbytes
@@ -75,54 +124,79 @@ class RunState:
         step: (node name, op type, perf_counter start, seconds, input shapes or None)."""
         plan = self.plan
         xp = plan.graph.kernels.xp
+        exact = plan.graph.exact
         ctx = self.ctx
         ctx.guard = guard
         self.arena.reset()
         table = self.base_table.copy()
         for value_id, array in inputs.items():
             table[value_id] = array
-        per_run = plan.per_run
         given = outputs or {}
-        for index, step in enumerate(plan.steps):
-            if self.skip[index]:
-                continue
+        timed = profile is not None or trace is not None
+        started = 0.0
+        for index, step in enumerate(self.steps):
             if guard is not None:
                 guard.check(step.node.info.name)
-            timed = profile is not None or trace is not None
-            started = time.perf_counter() if timed else 0.0
-            ins = [None if i == ABSENT else table[i] for i in step.inputs]
-            if step.kind is StepKind.STATIC:
-                outs = []
-                for value_id, spec in zip(step.outputs, step.specs, strict=True):
-                    if value_id in per_run:
-                        out = given.get(value_id)
-                        table[value_id] = out = (
-                            xp.empty(spec.shape, spec.numpy_dtype) if out is None else out
-                        )
-                    else:
-                        out = table[value_id]
-                    outs.append(out)
-                run_operator(step.node, step.node.operator.run, ctx, ins, outs)
-                if plan.graph.exact:
+            if timed:
+                started = time.perf_counter()
+            ins = [table[i] for i in step.inputs]
+            kind = step.kind
+            if kind is StepKind.STATIC:
+                outs = step.fixed_outs
+                if outs is None:
+                    outs = self._fresh_outputs(step, table, given)
+                try:
+                    step.call(ctx, ins, outs)
+                except SessionError:
+                    raise
+                except Exception as error:
+                    raise operator_failure(step.node, "run", error) from error
+                if exact:
                     for out in outs:
                         canonical_nans(xp, out)
-            elif step.kind is StepKind.VIEW:
-                source = ins[step.node.operator.view_of_input]
-                table[step.outputs[0]] = source.reshape(step.specs[0].shape)
+            elif kind is StepKind.VIEW:
+                table[step.outputs[0]] = ins[step.view_of].reshape(step.specs[0].shape)
             else:
                 self._run_dynamic(step, ins, table)
             if timed:
-                elapsed = time.perf_counter() - started
-                if profile is not None:
-                    profile.setdefault(step.node.info.op_type, []).append(elapsed)
-                if trace is not None:
-                    shapes = [getattr(value, "shape", None) for value in ins]
-                    info = step.node.info
-                    trace.append((info.name, info.op_type, started, elapsed, shapes))
+                self._record(step, ins, started, profile, trace)
             if self.checked:
-                for offset, size in plan.memory.releases[index]:
+                for offset, size in self.releases[index]:
                     self.slab[offset : offset + size] = POISON
         return [self._result(table[value_id], value_id, given) for value_id in plan.output_ids]
+
+    def _fresh_outputs(self, step: _Step, table: list[Any], given: Mapping[int, Any]) -> list:
+        """A static step's outputs when some are graph outputs: the caller's array or a new one
+        for those, the slab for the rest."""
+        xp = self.plan.graph.kernels.xp
+        per_run = self.plan.per_run
+        outs = []
+        for value_id, spec in zip(step.outputs, step.specs, strict=True):
+            if value_id in per_run:
+                out = given.get(value_id)
+                table[value_id] = out = (
+                    xp.empty(spec.shape, spec.numpy_dtype) if out is None else out
+                )
+            else:
+                out = table[value_id]
+            outs.append(out)
+        return outs
+
+    @staticmethod
+    def _record(
+        step: _Step,
+        ins: Sequence[Any],
+        started: float,
+        profile: dict[str, list[float]] | None,
+        trace: list[tuple] | None,
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        info = step.node.info
+        if profile is not None:
+            profile.setdefault(info.op_type, []).append(elapsed)
+        if trace is not None:
+            shapes = [getattr(value, "shape", None) for value in ins]
+            trace.append((info.name, info.op_type, started, elapsed, shapes))
 
     def _run_dynamic(self, step: Any, ins: Sequence[Any], table: list[Any]) -> None:
         """Shape a step again from the actual arrays, then run it on fresh arrays."""
@@ -197,12 +271,15 @@ class StatePool:
         self.max_idle = max_idle
         self._idle: list[RunState] = []
         self._lock = threading.Lock()
+        self._prepared: Prepared | None = None
 
     def take(self) -> RunState:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return RunState(self.plan, checked=self.checked)
+            if self._prepared is None:
+                self._prepared = Prepared(self.plan)
+        return RunState(self.plan, checked=self.checked, prepared=self._prepared)
 
     def give(self, state: RunState) -> None:
         with self._lock:

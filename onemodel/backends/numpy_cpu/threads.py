@@ -1,0 +1,69 @@
+"""The BLAS threads of the NumPy backend: a session's intra-op thread count, set per run.
+
+NumPy's BLAS (OpenBLAS, MKL, BLIS) keeps one process-wide thread count. threadpoolctl changes it
+while the process runs (a C call of about a microsecond), so every run sets its session's count
+as it starts, and sessions with different counts can share a process.
+
+Bits do not depend on the count for matrix products: threaded GEMM splits the rows and columns
+of the result between threads, never the sum over k. Vector products (one operand a single row
+or column: BLAS gemv and dot) may split that sum, so `single_threaded` runs them on one thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def all_cores() -> int:
+    """The cores this process may run on (what intra_op_threads = 0 asks for)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class BlasThreads:
+    """The process's BLAS libraries, found once, and the thread count last given to them."""
+
+    def __init__(self) -> None:
+        self._libraries: list[Any] | None = None
+        self._lock = threading.Lock()
+        self.count: int | None = None
+
+    def _found(self) -> list[Any]:
+        if self._libraries is None:
+            with self._lock:
+                if self._libraries is None:
+                    from threadpoolctl import ThreadpoolController  # ~0.3 ms: only when needed
+
+                    blas = ThreadpoolController().select(user_api="blas")
+                    self._libraries = list(blas.lib_controllers)
+        return self._libraries
+
+    def use(self, count: int) -> None:
+        """Give the BLAS libraries `count` threads (0: all cores) unless they have them."""
+        count = count or all_cores()
+        if count != self.count:
+            for library in self._found():
+                library.set_num_threads(count)
+            self.count = count
+
+    @contextmanager
+    def single_threaded(self) -> Iterator[None]:
+        """One BLAS thread inside, the previous count after."""
+        previous = self.count
+        if previous is None or previous == 1:
+            yield
+            return
+        self.use(1)
+        try:
+            yield
+        finally:
+            self.use(previous)
+
+
+BLAS_THREADS = BlasThreads()

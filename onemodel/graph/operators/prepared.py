@@ -1,0 +1,34 @@
+"""Operators that derive arrays from their constant inputs once per plan, not in every run.
+
+A convolution multiplies its weights as a (groups, M/groups, C/groups·ΠK) matrix; reshaping and
+copying a constant W into that form in every run would cost as much as some of the work. Such an
+operator subclasses `PreparesConstants`: the run loop calls `prepare` once per plan with the
+inputs known at plan time (None for the others) and hands what it returned to `run_prepared` in
+every run. Plans are shared by concurrent runs, so a prepared value is never written after
+`prepare` returns. `run` (plan-time folding, any other caller) prepares from the inputs at hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from onemodel.graph.operators.base import Array, Operator, RunContext
+
+
+class PreparesConstants(Operator):
+    """An operator with a `prepare` step over its constant inputs."""
+
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        """What `run_prepared` needs from the inputs in `constants` (None: not a constant);
+        None when nothing can be prepared."""
+        return None
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> Any:
+        return self.run_prepared(ctx, self.prepare(ctx, inputs), inputs, outputs)
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> Any:
+        """`run`, given what `prepare` returned (None: compute what it would have)."""
+        raise NotImplementedError
