@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.tensors import shapes
+from onemodel.tensors.autograd import GradLeaf, is_grad_enabled
 from onemodel.tensors.buffers import HOST, Buffer, BufferPool, Memory
 from onemodel.tensors.dtypes import DType
 from onemodel.tensors.errors import (
@@ -42,7 +43,9 @@ class Tensor:
     array. Only `to_layout`, `data()` (the physical span) and metadata work on blocked tensors.
     """
 
-    __slots__ = ("block_size", "buffer", "dtype", "generation", "offset", "shape", "strides")
+    __slots__ = (
+        "autograd", "block_size", "buffer", "dtype", "generation", "offset", "shape", "strides",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -69,6 +72,8 @@ class Tensor:
         )
         self.offset = offset
         shapes.check_view(physical, self.strides, offset, buffer.nbytes // self.dtype.itemsize)
+        # None, a GradLeaf, or the backward record of the operation that made it (seed 002 §8).
+        self.autograd: Any = None
 
     # -- construction ------------------------------------------------------------------------
 
@@ -159,6 +164,33 @@ class Tensor:
             return Layout.NHWC
         return Layout.STRIDED
 
+    # -- gradients (seed 002 §8; recording and backward are in onemodel.eager) ----------------
+
+    def with_requires_grad(self) -> Tensor:
+        """A handle to the same elements that is a gradient leaf: `.grad` accumulates on it.
+
+        The flag is on the returned handle, not on this one nor on the buffer.
+        """
+        if not self.dtype.is_floating:
+            raise TensorError(f"only floating tensors can require gradients, not {self.dtype.name}")
+        leaf = self.view(self.shape, self.strides)
+        leaf.autograd = GradLeaf()
+        return leaf
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.autograd is not None
+
+    @property
+    def grad_fn(self) -> Any:
+        """The backward record of the operation that made this tensor, or None."""
+        return None if isinstance(self.autograd, GradLeaf | None) else self.autograd
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient accumulated on a leaf by backward passes (None before the first)."""
+        return self.autograd.grad if isinstance(self.autograd, GradLeaf) else None
+
     def __repr__(self) -> str:
         return (
             f"Tensor({self.dtype.name}, shape={self.shape}, strides={self.strides}, "
@@ -217,6 +249,11 @@ class Tensor:
     def copy_from(self, source: Tensor) -> None:
         """Overwrite the elements with those of a tensor of the same type and shape."""
         self._require_plain("copy_from()")
+        if self.requires_grad and is_grad_enabled():
+            raise TensorError(
+                "copy_from into a tensor that requires gradients while recording is on would "
+                "hide the write from the backward pass; do it under no_grad()"
+            )
         if source.dtype != self.dtype or source.shape != self.shape:
             raise TensorShapeError(
                 f"copy_from needs the same type and shape: {source.dtype.name}{source.shape} "
