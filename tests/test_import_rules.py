@@ -45,3 +45,17 @@ def test_importing_the_package_loads_neither_cupy_nor_onnxruntime():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert output.strip() == "[]"
+
+
+def test_importing_the_package_and_the_compat_layer_loads_no_batch_engine():
+    """Dask, Ray and tqdm are optional extras: only their integration modules import them."""
+    code = (
+        "import sys, onemodel, onemodel.compat, onemodel.integrations;"
+        "import onemodel.integrations.batches, onemodel.integrations.sessions;"
+        "engines = ('dask', 'distributed', 'ray', 'tqdm', 'pandas', 'onnxruntime');"
+        "print(sorted(m for m in engines if m in sys.modules))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.strip() == "[]"
