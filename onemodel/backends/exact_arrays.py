@@ -1,0 +1,378 @@
+"""The array kernels of exact mode, written once against an array namespace `xp`.
+
+Exact mode promises the same bits on every backend, so each kernel here is a fixed sequence of
+correctly rounded single operations (add, subtract, multiply, divide, sqrt, compare, select,
+ldexp, frexp, rint), each a separate `xp` call so nothing can be contracted into a fused
+multiply-add, and every accumulation runs in one order written out as a Python loop. Floats are
+widened to float64 first (exact for float16, bfloat16 and float32), the work is done there, and
+the result is rounded once into `out`. float32 products are exact in float64, so a float32 sum of
+products only rounds at its float64 additions, in the stated order, and at the end.
+
+No library reduction, BLAS call or transcendental function is used: exp, log and erf are built
+below from a fixed range reduction and a fixed polynomial (docs/exact-mode.md gives their
+accuracy). NaN payloads are left to the runtime, which rewrites every NaN result canonically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from decimal import Context, Decimal
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+Array = Any  # an array of the backend (numpy.ndarray or cupy.ndarray)
+
+# ln 2 split Cody–Waite style: _LN2_HI keeps 32 significant bits, so k·_LN2_HI is exact for any
+# |k| < 2^21, and _LN2_LO is the rest of ln 2 rounded to float64. Derived with Python's decimal
+# module (correctly rounded, the same on every machine), not typed in.
+_LN2 = Context(prec=60).ln(Decimal(2))
+_LN2_HI = math.ldexp(math.floor(math.ldexp(float(_LN2), 32)), -32)
+_LN2_LO = float(_LN2 - Decimal(_LN2_HI))
+_INV_LN2 = float(1 / _LN2)
+# exp: Taylor terms 1/n! up to degree 13; on |r| ≤ ln2/2 the first term left out is < 4e-18.
+_EXP_TERMS = tuple(float(Fraction(1, math.factorial(n))) for n in range(14))
+# Beyond ±746 every float64 (and so every float32) exp is 0 or inf; clamping there also turns
+# ±inf into finite inputs whose result is already the right 0 or inf.
+_EXP_LIMIT = 746.0
+# log(m) = 2·atanh(u), u = (m − 1)/(m + 1): the series Σ u^(2n+1)/(2n+1) up to n = 11; with
+# m in [√½, √2), |u| ≤ 0.1716 and the first term left out is < 1e-19.
+_ATANH_TERMS = tuple(float(Fraction(1, 2 * n + 1)) for n in range(12))
+_SQRT_HALF = float(Context(prec=60).sqrt(Decimal(2)) / 2)
+# erf(x) = 2/√π · x · exp(−x²) · Σ (2x²)^n / (2n+1)!!: every term is positive, so nothing
+# cancels. From |x| = 6 on erf rounds to ±1 even in float64; 100 terms reach 1e-18 there.
+_ERF_LIMIT = 6.0
+_ERF_TERMS = tuple(float(Fraction(1, math.prod(range(1, 2 * n + 2, 2)))) for n in range(101))
+_TWO_OVER_SQRT_PI = float.fromhex("0x1.20dd750429b6dp+0")  # 2/√π rounded to float64
+
+
+def wide(xp: Any, x: Array) -> Array:
+    """x as float64, the working type of every floating exact kernel (a copy)."""
+    return x.astype(xp.float64)
+
+
+# -- reductions ----------------------------------------------------------------------------
+
+
+def _reduced_first(xp: Any, x: Array, axes: Sequence[int]) -> Array:
+    """x as (R, *kept): the reduced axes moved to the front and flattened in row-major order,
+    which is the canonical order of every reduction."""
+    moved = xp.moveaxis(x, tuple(axes), tuple(range(len(axes))))
+    return moved.reshape(-1, *moved.shape[len(axes) :])
+
+
+def ordered_sum(xp: Any, x: Array, axes: Sequence[int]) -> Array:
+    """Σ over `axes` in float64, adding the reduced positions in row-major order from +0; the
+    shape is x's without `axes`."""
+    rows = _reduced_first(xp, wide(xp, x), axes)
+    total = xp.zeros(rows.shape[1:], dtype=xp.float64)
+    for row in range(rows.shape[0]):
+        total += rows[row]
+    return total
+
+
+def ordered_extremum(xp: Any, x: Array, axes: Sequence[int], largest: bool) -> Array:
+    """The max (or min) over `axes` by compare and select in row-major order: a later value
+    wins only if strictly greater (smaller), so the first of equal values (−0 and +0 included)
+    wins; the first NaN wins over any number. x's type; shape without `axes`."""
+    rows = _reduced_first(xp, x, axes)
+    best = rows[0, ...].copy()  # an array even when every axis is reduced
+    floating = x.dtype.kind == "f"
+    for row in range(1, rows.shape[0]):
+        values = rows[row]
+        take = values > best if largest else values < best
+        if floating:
+            take |= xp.isnan(values) & ~xp.isnan(best)
+        xp.copyto(best, values, where=take)
+    return best
+
+
+def sum_arrays(xp: Any, x: Array, axes: Sequence[int], out: Array) -> None:
+    """out = the ordered float64 sum over `axes`, rounded once (out: any shape of that size)."""
+    out[...] = ordered_sum(xp, x, axes).reshape(out.shape)
+
+
+def mean_arrays(xp: Any, x: Array, axes: Sequence[int], out: Array) -> None:
+    """out = the ordered float64 sum over `axes`, divided once by the count, rounded once."""
+    count = math.prod(x.shape[a] for a in axes)
+    with np.errstate(all="ignore"):
+        out[...] = (ordered_sum(xp, x, axes) / count).reshape(out.shape)
+
+
+def extremum_arrays(xp: Any, x: Array, axes: Sequence[int], out: Array, largest: bool) -> None:
+    """out = `ordered_extremum` over `axes` (a value of x, so nothing rounds)."""
+    out[...] = ordered_extremum(xp, x, axes, largest).reshape(out.shape)
+
+
+# -- windows: convolution and pooling ------------------------------------------------------
+
+
+def _padded(
+    xp: Any,
+    x: Array,
+    out_spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    fill: Any,
+    dtype: Any,
+) -> Array:
+    """x (N, C, *S) in `dtype` inside a border of `fill`: `pads` before each axis, and after it
+    as far as the windows reach (or cut where they stop reaching)."""
+    reach = [
+        (o - 1) * s + (k - 1) * d + 1
+        for o, s, k, d in zip(out_spatial, strides, kernel, dilations, strict=True)
+    ]
+    padded = xp.full((*x.shape[:2], *reach), fill, dtype=dtype)
+    kept = [max(0, min(n, r - p)) for n, r, p in zip(x.shape[2:], reach, pads, strict=True)]
+    target = tuple(slice(p, p + k) for p, k in zip(pads, kept, strict=True))
+    padded[(..., *target)] = x[(..., *(slice(0, k) for k in kept))]
+    return padded
+
+
+def _taps(
+    padded: Array,
+    out_spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> Iterator[tuple[tuple[int, ...], Array]]:
+    """Per kernel offset, in row-major order: the offset and the view (..., *out_spatial) of
+    `padded` holding that offset's element of every window."""
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        view = tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, d, o, s in zip(taps, dilations, out_spatial, strides, strict=True)
+        )
+        yield taps, padded[(..., *view)]
+
+
+def conv_arrays(
+    xp: Any,
+    x: Array,
+    w: Array,
+    out: Array,
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    group: int,
+) -> None:
+    """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), no bias.
+
+    Exact matmul's recipe over im2col's rows: per output element, the products of float64
+    values summed from +0 in the order input channel c, then kernel offset in row-major order
+    (padding reads as zero and takes part), rounded once into `out`.
+    """
+    batch, channels = x.shape[:2]
+    out_spatial, kernel = out.shape[2:], w.shape[2:]
+    per_group, rank = channels // group, len(kernel)
+    padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+    padded = padded.reshape(batch, group, per_group, *padded.shape[2:])
+    weights = wide(xp, w).reshape(group, w.shape[0] // group, per_group, *kernel)
+    total = xp.zeros((batch, group, w.shape[0] // group, *out_spatial), dtype=xp.float64)
+    with np.errstate(all="ignore"):
+        for c in range(per_group):
+            for taps, view in _taps(padded[:, :, c], out_spatial, kernel, strides, dilations):
+                tap = weights[(slice(None), slice(None), c, *taps)]
+                total += view[:, :, None] * tap.reshape(1, *tap.shape, *(1,) * rank)
+    out[...] = total.reshape(out.shape)
+
+
+def max_pool_arrays(
+    xp: Any,
+    x: Array,
+    out: Array,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    indices: Array | None = None,
+) -> None:
+    """Max of each window of x (N, C, *S) into out (N, C, *O) by compare and select, offsets in
+    row-major order: a value wins if strictly greater or the first NaN, so the first of equal
+    values wins; padding (the lowest value) never wins. `indices` (int64), when given, get the
+    row-major position in its plane of each winner, or of the window's first real position when
+    nothing beats the lowest value. Every window must hold a real position.
+    """
+    floating = x.dtype.kind == "f"
+    lowest = -np.inf if floating else np.iinfo(x.dtype).min
+    out_spatial = out.shape[2:]
+    window = (out_spatial, kernel, strides, pads, dilations)
+    values = _taps(
+        _padded(xp, x, *window, lowest, x.dtype), out_spatial, kernel, strides, dilations
+    )
+    if indices is not None:
+        spatial = x.shape[2:]
+        plane = xp.arange(math.prod(spatial), dtype=xp.int64).reshape(1, 1, *spatial)
+        padded_plane = _padded(xp, plane, *window, -1, xp.int64)
+        positions = _taps(padded_plane, out_spatial, kernel, strides, dilations)
+        indices[...] = -1
+    out[...] = lowest
+    for _, tap in values:
+        take = tap > out
+        if floating:
+            take |= xp.isnan(tap) & ~xp.isnan(out)
+        xp.copyto(out, tap, where=take)
+        if indices is not None:
+            _, position = next(positions)
+            xp.copyto(indices, position, where=take | ((indices < 0) & (position >= 0)))
+
+
+def average_pool_arrays(
+    xp: Any,
+    x: Array,
+    out: Array,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    divisor: Array,
+) -> None:
+    """Each window's float64 sum (from +0, offsets in row-major order; padding adds +0),
+    divided once by `divisor` (broadcast to out's spatial shape), rounded once into out."""
+    out_spatial = out.shape[2:]
+    padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+    total = xp.zeros(out.shape, dtype=xp.float64)
+    with np.errstate(all="ignore"):
+        for _, values in _taps(padded, out_spatial, kernel, strides, dilations):
+            total += values
+        total /= xp.asarray(divisor, dtype=xp.float64)
+    out[...] = total
+
+
+# -- exp, log, erf -------------------------------------------------------------------------
+
+
+def _horner(xp: Any, t: Array, terms: Sequence[float]) -> Array:
+    """Σ terms[n]·t^n by Horner's rule, one rounded multiply and one rounded add per step."""
+    total = xp.full(t.shape, terms[-1], dtype=xp.float64)
+    for term in reversed(terms[:-1]):
+        total *= t
+        total += term
+    return total
+
+
+def exp64(xp: Any, x: Array) -> Array:
+    """exp of a float64 array: k = rint(x/ln2), r = (x − k·ln2_hi) − k·ln2_lo, the degree-13
+    Taylor polynomial of exp(r) by Horner's rule, then ldexp by k (exact, or one rounding
+    into the subnormals). NaN stays NaN; ±inf give inf and 0."""
+    with np.errstate(all="ignore"):
+        x = xp.clip(x, -_EXP_LIMIT, _EXP_LIMIT)
+        k = xp.rint(x * _INV_LN2)
+        r = x - k * _LN2_HI
+        r -= k * _LN2_LO
+        return xp.ldexp(_horner(xp, r, _EXP_TERMS), k.astype(xp.int32))
+
+
+def log64(xp: Any, x: Array) -> Array:
+    """log of a float64 array: x = m·2^e with m in [√½, √2) (frexp, then one exact doubling),
+    log x = e·ln2_hi + (e·ln2_lo + 2u·Σ u^2n/(2n+1)) with u = (m − 1)/(m + 1). 0 gives −inf,
+    inf gives inf, negatives and NaN give NaN."""
+    with np.errstate(all="ignore"):
+        m, e = xp.frexp(x)
+        low = m < _SQRT_HALF
+        m = xp.where(low, m * 2, m)
+        e = (e - low).astype(xp.float64)
+        u = (m - 1) / (m + 1)
+        series = _horner(xp, u * u, _ATANH_TERMS)
+        series *= u
+        series *= 2
+        series += e * _LN2_LO
+        result = e * _LN2_HI
+        result += series
+        result = xp.where(x == xp.inf, xp.inf, result)
+        result = xp.where(x == 0, -xp.inf, result)
+        return xp.where(x < 0, xp.nan, result)
+
+
+def erf64(xp: Any, x: Array) -> Array:
+    """erf of a float64 array: 2/√π · a · exp(−a²) · Σ (2a²)^n/(2n+1)!! for a = x clamped to
+    [−6, 6] (100 terms; every term positive). NaN stays NaN, ±inf give ±1."""
+    with np.errstate(all="ignore"):
+        a = xp.clip(x, -_ERF_LIMIT, _ERF_LIMIT)
+        square = a * a
+        result = _horner(xp, square * 2, _ERF_TERMS)
+        result *= exp64(xp, -square)
+        result *= a
+        result *= _TWO_OVER_SQRT_PI
+        return result
+
+
+def exp_arrays(xp: Any, x: Array, out: Array) -> None:
+    """out = exp(x) by `exp64`, rounded once."""
+    out[...] = exp64(xp, wide(xp, x))
+
+
+def log_arrays(xp: Any, x: Array, out: Array) -> None:
+    """out = log(x) by `log64`, rounded once."""
+    out[...] = log64(xp, wide(xp, x))
+
+
+def erf_arrays(xp: Any, x: Array, out: Array) -> None:
+    """out = erf(x) by `erf64`, rounded once."""
+    out[...] = erf64(xp, wide(xp, x))
+
+
+# -- softmax and layer normalization -------------------------------------------------------
+
+
+def _shifted_exp(xp: Any, x: Array, axis: int) -> tuple[Array, Array, Array]:
+    """d = x − max along `axis` (float64), exp64(d), and the ordered sum of exp64(d) along
+    `axis` (keeping it as size 1)."""
+    values = wide(xp, x)
+    with np.errstate(all="ignore"):
+        shifted = values - xp.expand_dims(ordered_extremum(xp, values, (axis,), True), axis)
+    powers = exp64(xp, shifted)
+    return shifted, powers, xp.expand_dims(ordered_sum(xp, powers, (axis,)), axis)
+
+
+def softmax_arrays(xp: Any, x: Array, axis: int, out: Array) -> None:
+    """out = exp64(d) / Σ exp64(d) along `axis`, d = x − max: one division, rounded once."""
+    _, powers, total = _shifted_exp(xp, x, axis)
+    with np.errstate(all="ignore"):
+        out[...] = powers / total
+
+
+def log_softmax_arrays(xp: Any, x: Array, axis: int, out: Array) -> None:
+    """out = d − log64(Σ exp64(d)) along `axis`, d = x − max: one subtraction, rounded once."""
+    shifted, _, total = _shifted_exp(xp, x, axis)
+    with np.errstate(all="ignore"):
+        out[...] = shifted - log64(xp, total)
+
+
+def layer_norm_arrays(
+    xp: Any,
+    x: Array,
+    scale: Array,
+    bias: Array | None,
+    axis: int,
+    epsilon: float,
+    out: Array,
+    mean_out: Array | None = None,
+    inv_std_out: Array | None = None,
+) -> None:
+    """Standardize x over its axes from `axis` on, all in float64: mean = ordered sum / n,
+    d = x − mean, var = ordered Σ d·d / n, inv_std = 1 / sqrt(var + ε), then
+    out = ((d · inv_std) · scale) + bias rounded once; mean and inv_std rounded once into the
+    optional outputs (shaped with the normalized axes as 1)."""
+    axes = tuple(range(axis, x.ndim))
+    count = math.prod(x.shape[axis:])
+    kept = (*x.shape[:axis], *(1,) * len(axes))
+    values = wide(xp, x)
+    with np.errstate(all="ignore"):
+        mean = (ordered_sum(xp, values, axes) / count).reshape(kept)
+        values -= mean
+        variance = (ordered_sum(xp, values * values, axes) / count).reshape(kept)
+        inv_std = 1 / xp.sqrt(variance + float(epsilon))
+        values *= inv_std
+        values *= wide(xp, scale)
+        if bias is not None:
+            values += wide(xp, bias)
+    out[...] = values
+    for target, statistic in ((mean_out, mean), (inv_std_out, inv_std)):
+        if target is not None:
+            target[...] = statistic
