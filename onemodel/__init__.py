@@ -3,6 +3,7 @@
 from onemodel.cancellation import CancellationToken
 from onemodel.compat.onnxruntime import InferenceSession
 from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph.weights import WeightStorage
 from onemodel.model import Model, load
 from onemodel.session import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.tensors import DType, Layout, Tensor
@@ -22,6 +23,7 @@ __all__ = [
     "SessionError",
     "SessionOptions",
     "Tensor",
+    "WeightStorage",
     "__version__",
     "load",
 ]

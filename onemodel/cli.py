@@ -27,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", metavar="FILE", help="Chrome trace-event JSON of one run")
     info = commands.add_parser("info", help="inputs, outputs, opsets, unsupported operators")
     info.add_argument("model")
+    info.add_argument(
+        "--weight-storage", choices=["original", "binary16", "bfloat16"], default="original",
+        help="report the weight bytes with this storage and what it saves",
+    )  # fmt: skip
+    info.add_argument("--optimization-level", type=int, choices=[0, 1, 2], default=2)
+    info.add_argument("--save-optimized", metavar="FILE", help="write the optimised graph (ONNX)")
     demo = commands.add_parser("demo", help="build a small MLP model and run it")
     demo.add_argument("--backend", help="kernel path by name (default: the best available)")
     demo.add_argument("--batch", type=int, default=8)
@@ -63,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
                 trace=args.trace,
             )
         elif args.command == "info":
-            report = runner.model_info(args.model)
+            report = runner.model_info(
+                args.model,
+                weight_storage=args.weight_storage,
+                optimization_level=args.optimization_level,
+                save_optimized=args.save_optimized,
+            )
         else:
             report = demo.main(args.backend, args.batch)
     except (SessionError, BackendUnavailableError, ValueError, OSError, RuntimeError) as error:

@@ -7,6 +7,7 @@ one-line JSON report as a dict.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,8 @@ import numpy as np
 
 from onemodel.graph.compiled import ValueMeta, unsupported_operators
 from onemodel.graph.importer import load_model
+from onemodel.graph.passes.base import OptimizationLevel
+from onemodel.graph.weights import WeightStorage
 from onemodel.session import ExecutionMode, Session, SessionOptions
 from onemodel.tensors import numpy_dtype_for_onnx, onnx_name
 
@@ -174,8 +177,15 @@ def _max_abs_error(session: Session, outputs: list, golden: Mapping[str, np.ndar
     return worst
 
 
-def model_info(model_path: str) -> dict[str, Any]:
-    """Inputs, outputs, opsets and the operators onemodel does not support."""
+def model_info(
+    model_path: str,
+    *,
+    weight_storage: str = "original",
+    optimization_level: int = 2,
+    save_optimized: str | None = None,
+) -> dict[str, Any]:
+    """Inputs, outputs, opsets and the operators onemodel does not support; for a model it
+    supports, also what compilation leaves (passes, nodes, weight bytes and their saving)."""
     model = load_model(model_path)
 
     def described(info) -> dict[str, Any]:
@@ -188,7 +198,7 @@ def model_info(model_path: str) -> dict[str, Any]:
             "dims": None if info.type.dims is None else list(info.type.dims),
         }
 
-    return {
+    report = {
         "model": model_path,
         "producer": model.producer_name,
         "opsets": model.opsets,
@@ -197,3 +207,20 @@ def model_info(model_path: str) -> dict[str, Any]:
         "outputs": [described(o) for o in model.graph.outputs],
         "unsupported": unsupported_operators(model),
     }
+    if report["unsupported"]:
+        return report
+    options = SessionOptions(
+        optimization_level=OptimizationLevel(optimization_level),
+        weight_storage=WeightStorage(weight_storage),
+        optimized_model_path=save_optimized,
+    )
+    compiled = Session.create(model, options).graph_summary
+    if options.weight_storage is not WeightStorage.ORIGINAL:
+        plain = dataclasses.replace(options, weight_storage=WeightStorage.ORIGINAL)
+        original = Session.create(model, dataclasses.replace(plain, optimized_model_path=None))
+        compiled["weight_bytes_original"] = original.graph_summary["weight_bytes"]
+        compiled["weight_bytes_saved"] = (
+            compiled["weight_bytes_original"] - compiled["weight_bytes"]
+        )
+    report["compiled"] = compiled
+    return report

@@ -24,7 +24,9 @@ from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.passes.base import OptimizationLevel
+from onemodel.graph.passes.export import optimized_model
 from onemodel.graph.plan import ExecutionPlan, signature_of
+from onemodel.graph.weights import WeightStorage
 from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
 from onemodel.tensors.shapes import check_shape
@@ -39,7 +41,9 @@ class ExecutionMode(enum.Enum):
 class SessionOptions:
     """How a session runs. `intra_op_threads` is accepted for compatibility and changes speed
     only (NumPy's BLAS decides its own threads for now); `optimization_level` selects the
-    graph passes (docs/graph-passes.md); `backend` names a kernel path
+    graph passes (docs/graph-passes.md) and `optimized_model_path` saves the graph they leave
+    as an ONNX file; `weight_storage` keeps large float32 weights as float16 or bfloat16 bits,
+    widened where they are read; `backend` names a kernel path
     (`KernelPaths.names()`), None picking the best available; `checked` poisons dead slab
     blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable); `run_timeout`
     (seconds) stops any run that takes longer with SessionError(CANCELLED); `memory_limit`
@@ -49,6 +53,8 @@ class SessionOptions:
     mode: ExecutionMode = ExecutionMode.FAST
     intra_op_threads: int = 0
     optimization_level: OptimizationLevel = OptimizationLevel.ALL
+    optimized_model_path: str | None = None
+    weight_storage: WeightStorage = WeightStorage.ORIGINAL
     max_cached_plans: int = 16
     backend: str | None = None
     checked: bool | None = None
@@ -89,7 +95,10 @@ class Session:
             checked=checked,
             guard=None if cancel is None else RunGuard(cancel, None),
             level=OptimizationLevel(options.optimization_level),
+            weight_storage=WeightStorage(options.weight_storage),
         )
+        if options.optimized_model_path:
+            onnx.save(optimized_model(self._graph, model), options.optimized_model_path)
         self._executor = GraphExecutor(
             self._graph, max_cached_plans=options.max_cached_plans, checked=checked
         )
@@ -134,6 +143,18 @@ class Session:
     @property
     def backend(self) -> str:
         return self.kernels.name
+
+    @property
+    def graph_summary(self) -> dict[str, Any]:
+        """What compilation left: the passes that ran, the node count before and after them,
+        and the bytes the weights occupy (after weight storage)."""
+        return {
+            "passes": list(self._graph.passes_ran),
+            "nodes_before_passes": self._graph.nodes_before_passes,
+            "nodes": len(self._graph.nodes),
+            "weight_storage": WeightStorage(self.options.weight_storage).value,
+            "weight_bytes": self._graph.weight_bytes,
+        }
 
     def plan_count(self) -> int:
         return self._executor.plan_count()

@@ -82,3 +82,16 @@ def test_info_lists_inputs_outputs_opsets_and_unsupported_operators(capsys, tmp_
     assert json.loads(capsys.readouterr().out)["unsupported"] == [
         f"Frobnicate (opset {onnx.defs.onnx_opset_version()})"
     ]
+
+
+def test_info_reports_passes_and_the_saving_of_reduced_weight_storage(capsys, tmp_path):
+    saved = tmp_path / "optimised.onnx"
+    argv = ["info", str(MODELS / "cnn.onnx"), "--weight-storage", "binary16"]
+    assert cli.main([*argv, "--save-optimized", str(saved)]) == 0
+    compiled = json.loads(capsys.readouterr().out)["compiled"]
+    assert compiled["passes"] and compiled["nodes"] <= compiled["nodes_before_passes"]
+    assert compiled["weight_storage"] == "binary16"
+    saving = compiled["weight_bytes_saved"]
+    assert saving == compiled["weight_bytes_original"] - compiled["weight_bytes"]
+    assert saving > 0.4 * compiled["weight_bytes_original"]
+    assert len(onnx.load(str(saved)).graph.node) == compiled["nodes"]

@@ -18,8 +18,11 @@ from onemodel.graph import ir
 from onemodel.graph.gradient import expand_gradients, has_gradients
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
+from onemodel.graph.operators.training import INTERNAL_DOMAIN
+from onemodel.graph.operators.widen import WidenOp
 from onemodel.graph.passes.base import OptimizationLevel, PassContext
 from onemodel.graph.passes.pass_graph import PassGraph, PassNode
+from onemodel.graph.weights import WIDEN_FROM, WeightStorage, reduced
 from onemodel.tensors import TensorShapeError
 from onemodel.tensors.shapes import check_shape
 
@@ -58,6 +61,7 @@ class CompiledGraph:
         checked: bool = False,
         guard: Any = None,
         level: OptimizationLevel = OptimizationLevel.NONE,
+        weight_storage: WeightStorage = WeightStorage.ORIGINAL,
     ) -> None:
         if has_gradients(model.graph):
             model = expand_gradients(model)
@@ -97,8 +101,11 @@ class CompiledGraph:
             if value_id is not None:
                 (default_arrays if name in defaults else constants)[value_id] = array
         self.passes_ran: list[str] = []
+        self.nodes_before_passes = len(self.nodes)
         if level > OptimizationLevel.NONE:
             constants = self._run_passes(graph, constants, level)
+        if weight_storage is not WeightStorage.ORIGINAL:
+            constants = self._store_reduced(constants, weight_storage)
         used = {i for node in self.nodes for i in node.inputs} | set(self.output_ids)
         self.weights: dict[int, Any] = {}
         self.defaults: dict[int, Any] = {}
@@ -179,6 +186,41 @@ class CompiledGraph:
             for n in pass_graph.nodes
         ]
         return pass_graph.constants
+
+    def _store_reduced(self, constants: dict[int, Any], storage: WeightStorage) -> dict[int, Any]:
+        """Keep large float32 weights as 16-bit bits, each widened by a Widen step placed
+        right before its first reader (docs/graph-passes.md, "Weight storage")."""
+        first_reader: dict[int, int] = {}
+        for index, node in enumerate(self.nodes):
+            for value_id in node.inputs:
+                first_reader.setdefault(value_id, index)
+        widen_before: dict[int, list[CompiledNode]] = {}
+        constants = dict(constants)
+        for value_id, array in list(constants.items()):
+            bits = reduced(np.asarray(array), storage)
+            if bits is None or value_id not in first_reader or value_id in self.output_ids:
+                continue
+            name = self.names[value_id]
+            bits_id = self.value_id(f"{name}/{storage.value}")
+            del constants[value_id]
+            constants[bits_id] = bits
+            attributes = {"from": WIDEN_FROM[storage]}
+            node = ir.Node(f"widen {name}", "Widen", INTERNAL_DOMAIN, (self.names[bits_id],),
+                           (name,), attributes)  # fmt: skip
+            info = NodeInfo.of(node, 1)
+            widen = CompiledNode(WidenOp(info), info, (bits_id,), (value_id,))
+            widen_before.setdefault(first_reader[value_id], []).append(widen)
+        nodes = []
+        for index, node in enumerate(self.nodes):
+            nodes.extend(widen_before.get(index, ()))
+            nodes.append(node)
+        self.nodes = nodes
+        return constants
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes the session's weights occupy (after passes and weight storage)."""
+        return sum(int(array.nbytes) for array in self.weights.values())
 
     def _compile_body(self, body: ir.Graph) -> Any:
         """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the

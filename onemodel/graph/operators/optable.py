@@ -45,6 +45,7 @@ from onemodel.graph.operators import (
     unary,
     views,
     where,
+    widen,
 )
 from onemodel.graph.operators.base import OpDef
 
@@ -85,6 +86,7 @@ TABLE: tuple[OpDef, ...] = (
     *unary.DEFS,
     *views.DEFS,
     *where.DEFS,
+    *widen.DEFS,
 )
 
 _BY_NAME: dict[tuple[str, str], tuple[OpDef, ...]] = {}

@@ -24,6 +24,14 @@ from onemodel.tensors import onnx_code_for_numpy
 
 ABSENT = -1  # the value id of an absent optional input or output
 
+# Operators whose output 0 has the element type of their input 0.
+_KEEPS_TYPE = frozenset({
+    "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Relu",
+    "LeakyRelu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sqrt", "Exp",
+    "Log", "Erf", "Softmax", "Gelu", "MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
+    "BatchNormalization", "LayerNormalization", "Concat", "Slice", "Gather", "Expand", "Tile",
+})  # fmt: skip
+
 
 @dataclass(eq=False, slots=True)
 class PassNode:
@@ -102,11 +110,21 @@ class PassGraph:
         return None if value_id == ABSENT else self.constants.get(value_id)
 
     def elem_type(self, value_id: int) -> int | None:
-        """The value's ONNX element type where declared or evident (constants), else None."""
-        constant = self.constant(value_id)
-        if constant is not None:
-            return onnx_code_for_numpy(constant.dtype)
-        return self.elem_types.get(value_id)
+        """The value's ONNX element type where declared, evident (constants, Cast) or carried
+        over from input 0 by an operator that keeps it; else None."""
+        while True:
+            constant = self.constant(value_id)
+            if constant is not None:
+                return onnx_code_for_numpy(constant.dtype)
+            declared = self.elem_types.get(value_id)
+            producer = self.producer(value_id)
+            if declared is not None or producer is None or not producer.inputs:
+                return declared
+            if producer.op == "Cast":
+                return producer.info.attributes.get("to")
+            if producer.op not in _KEEPS_TYPE or producer.outputs[0] != value_id:
+                return None
+            value_id = producer.inputs[0]
 
     # -- editing ------------------------------------------------------------------------------
 
