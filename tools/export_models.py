@@ -9,6 +9,8 @@ Run it by hand, never in CI: it needs torch, which is not a dependency of onemod
 Each model is exported with the TorchScript exporter (``dynamo=False``) at opset 17 with a
 dynamic ``batch`` axis, so the graphs carry the op patterns that real exported models have:
 Shape→Gather→Unsqueeze→Concat→Reshape chains, Gemm, the Erf form of GELU, unfused attention.
+``patterns`` is exported at opset 14, where LayerNorm too is written out op by op, for the
+pattern passes' tests (tests/test_passes_patterns.py).
 Beside each ``<name>.onnx`` goes ``<name>.inputs.npz``: one input set keyed by input name, and
 the outputs that onnxruntime (CPU provider) computes for it under ``output:<output name>``.
 """
@@ -144,6 +146,31 @@ class Transformer(nn.Module):
         return self.norm(x)
 
 
+class PatternBlock(nn.Module):
+    """LayerNorm, attention with an additive mask, then both GELU forms, on (batch, seq, 32):
+    the three patterns the graph passes recognise, as the exporter writes them at opset 14."""
+
+    def __init__(self, d_model: int = 32, nhead: int = 4) -> None:
+        super().__init__()
+        self.nhead, self.head_dim = nhead, d_model // nhead
+        self.norm = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.ff = nn.Linear(d_model, d_model)
+        self.erf_gelu = nn.GELU()
+        self.tanh_gelu = nn.GELU(approximate="tanh")
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        batch, seq = x.shape[0], x.shape[1]
+        q, k, v = self.qkv(self.norm(x)).split(self.nhead * self.head_dim, dim=-1)
+        q, k, v = (
+            t.reshape(batch, seq, self.nhead, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim) + mask
+        attended = torch.matmul(torch.softmax(scores, dim=-1), v)
+        hidden = attended.transpose(1, 2).reshape(batch, seq, -1)
+        return self.tanh_gelu(self.ff(self.erf_gelu(hidden)))
+
+
 def randomise_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
     """Give every BatchNorm non-trivial statistics and affine parameters, so it is tested."""
     for module in model.modules():
@@ -197,6 +224,16 @@ def build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str], dict]
         outputs = ["hidden"]
         axes = {"input_ids": {0: "batch", 1: "seq"}, "hidden": {0: "batch", 1: "seq"}}
         options = {}
+    elif name == "patterns":
+        model = PatternBlock()
+        randomise_layernorm(model, torch.Generator().manual_seed(1))
+        inputs = {
+            "x": rng.standard_normal((2, 7, 32)).astype(np.float32),
+            "mask": rng.standard_normal((2, 1, 1, 7)).astype(np.float32),
+        }
+        outputs = ["y"]
+        axes = {"x": {0: "batch"}, "mask": {0: "batch"}, "y": {0: "batch"}}
+        options = {"opset_version": 14}
     else:
         raise ValueError(name)
     model.eval()
@@ -246,13 +283,14 @@ def export(name: str, out: Path) -> None:
     input_names = list(inputs)
     path = out / f"{name}.onnx"
     args = tuple(torch.from_numpy(array) for array in inputs.values())
+    opset = options.pop("opset_version", OPSET)
     torch.onnx.export(
         model,
         args,
         str(path),
         input_names=input_names,
         output_names=output_names,
-        opset_version=OPSET,
+        opset_version=opset,
         dynamo=False,
         **options,
     )
@@ -472,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = args.out or (BENCH_OUT if args.bench_set else Path("tests/models"))
     args.models = args.models or (
-        list(BENCH_SET) if args.bench_set else ["mlp", "cnn", "transformer"]
+        list(BENCH_SET) if args.bench_set else ["mlp", "cnn", "transformer", "patterns"]
     )
     args.out.mkdir(parents=True, exist_ok=True)
     # The TorchScript exporter is chosen on purpose (see above); torch warns that it is legacy.

@@ -11,6 +11,9 @@ from onemodel.graph.passes.fold_constants import FoldConstants
 from onemodel.graph.passes.fold_conv_bias import FoldConvBias
 from onemodel.graph.passes.fuse_elementwise import FuseElementwise
 from onemodel.graph.passes.pass_graph import PassGraph
+from onemodel.graph.passes.recognise_attention import RecogniseAttention
+from onemodel.graph.passes.recognise_gelu import RecogniseGelu
+from onemodel.graph.passes.recognise_layer_norm import RecogniseLayerNormalization
 from onemodel.graph.passes.remove_no_ops import RemoveNoOps
 
 PASSES: tuple[GraphPass, ...] = (
@@ -19,6 +22,9 @@ PASSES: tuple[GraphPass, ...] = (
     CollapseTransposeReshape(),
     FoldBatchNormalization(),
     FoldConvBias(),
+    RecogniseLayerNormalization(),
+    RecogniseGelu(),
+    RecogniseAttention(),
     FuseElementwise(),
 )
 
