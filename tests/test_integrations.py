@@ -59,6 +59,21 @@ pd = pytest.importorskip("pandas")
 onemodel_dask = pytest.importorskip("onemodel.integrations.dask")
 
 
+def test_compute_on_the_local_scheduler_counts_the_blocks(rows, capsys):
+    """Runs before the cluster fixture exists, so no distributed client is active."""
+    blocks = dask_array.from_array(rows, chunks=(10, 32))
+    result = onemodel_dask.compute(onemodel_dask.predict_array(MLP, blocks), progress=True)
+    assert "5/5" in capsys.readouterr().err
+    np.testing.assert_allclose(result, local_run(MLP, rows)[0], rtol=1e-5, atol=1e-5)
+    frame = dask_dataframe.from_pandas(pd.DataFrame(rows[:, :8]), npartitions=3)
+    model = SKLEARN / "linear_regression.onnx"
+    predicted = onemodel_dask.compute(onemodel_dask.predict_frame(model, frame), progress=True)
+    assert "3/3" in capsys.readouterr().err
+    np.testing.assert_allclose(
+        predicted.to_numpy(), local_run(model, rows[:, :8])[0], rtol=1e-5, atol=1e-5
+    )
+
+
 @pytest.fixture(scope="module")
 def client():
     with (
