@@ -334,14 +334,15 @@ def test_overridable_initializers_are_not_inputs(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
         initializer=[helper.make_tensor("bias", TensorProto.FLOAT, [2], [1.0, 2.0])],
     )
-    data = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8
-    ).SerializeToString()
-    ours, theirs = compat.onnxruntime.InferenceSession(data), ort.InferenceSession(data)
-    for method in ("get_inputs", "get_overridable_initializers"):
-        assert [(a.name, a.type, a.shape) for a in getattr(ours, method)()] == [
-            (a.name, a.type, a.shape) for a in getattr(theirs, method)()
-        ]
+    for ir_version in (3, 8):
+        data = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=ir_version
+        ).SerializeToString()
+        ours, theirs = compat.onnxruntime.InferenceSession(data), ort.InferenceSession(data)
+        for method in ("get_inputs", "get_overridable_initializers"):
+            assert [(a.name, a.type, a.shape) for a in getattr(ours, method)()] == [
+                (a.name, a.type, a.shape) for a in getattr(theirs, method)()
+            ], (ir_version, method)
 
 
 def test_type_strings_and_shapes_match_onnxruntime_for_sequences_and_unknown_dims():

@@ -82,7 +82,9 @@ class InferenceSession:
         graph = proto.graph
         constants = {tensor.name for tensor in graph.initializer}
         self._inputs = [_node_arg(v) for v in graph.input if v.name not in constants]
-        self._initializers = [_node_arg(v) for v in graph.input if v.name in constants]
+        # Before IR version 4 initializers listed as inputs are constants, not overridable.
+        overridable = constants if proto.ir_version >= 4 else set()
+        self._initializers = [_node_arg(v) for v in graph.input if v.name in overridable]
         self._outputs = [_node_arg(v) for v in graph.output]
         self._meta = _metadata(proto)
 
