@@ -1,5 +1,6 @@
 """onemodel: run ONNX models from Python on NumPy or CuPy, with a bit-exact mode."""
 
+from onemodel import eager
 from onemodel.cancellation import CancellationToken
 from onemodel.compat.onnxruntime import InferenceSession
 from onemodel.errors import ErrorKind, SessionError
@@ -25,5 +26,6 @@ __all__ = [
     "Tensor",
     "WeightStorage",
     "__version__",
+    "eager",
     "load",
 ]

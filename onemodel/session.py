@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onemodel.arrays import OutputsAs, from_other_library, output_converter
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.cancellation import CancellationToken, RunGuard
 from onemodel.errors import ErrorKind, SessionError
@@ -39,8 +40,9 @@ class ExecutionMode(enum.Enum):
 
 @dataclass
 class SessionOptions:
-    """How a session runs. `intra_op_threads` is accepted for compatibility and changes speed
-    only (NumPy's BLAS decides its own threads for now); `optimization_level` selects the
+    """How a session runs. `intra_op_threads` (0: all cores) bounds the backend's threads in
+    each run (NumPy: BLAS threads through threadpoolctl) and changes speed only, never bits;
+    `optimization_level` selects the
     graph passes (docs/graph-passes.md) and `optimized_model_path` saves the graph they leave
     as an ONNX file; `weight_storage` keeps large float32 weights as float16 or bfloat16 bits,
     widened where they are read; `backend` names a kernel path
@@ -48,7 +50,9 @@ class SessionOptions:
     blocks with 0xFF (default: the ONEMODEL_CHECKED environment variable); `run_timeout`
     (seconds) stops any run that takes longer with SessionError(CANCELLED); `memory_limit`
     (bytes) bounds a run's slab, scratch, dynamic values and Loop/Scan accumulations, each
-    checked before it is allocated (SessionError(UNSUPPORTED) beyond it)."""
+    checked before it is allocated (SessionError(UNSUPPORTED) beyond it); `outputs_as` is how
+    `run` returns outputs: "backend" (its NumPy or CuPy arrays), "numpy", or "input" (the
+    library of the arrays fed in, onemodel/arrays.py)."""
 
     mode: ExecutionMode = ExecutionMode.FAST
     intra_op_threads: int = 0
@@ -60,6 +64,7 @@ class SessionOptions:
     checked: bool | None = None
     run_timeout: float | None = None
     memory_limit: int | None = None
+    outputs_as: OutputsAs = "backend"
 
 
 class Session:
@@ -100,7 +105,10 @@ class Session:
         if options.optimized_model_path:
             onnx.save(optimized_model(self._graph, model), options.optimized_model_path)
         self._executor = GraphExecutor(
-            self._graph, max_cached_plans=options.max_cached_plans, checked=checked
+            self._graph,
+            max_cached_plans=options.max_cached_plans,
+            checked=checked,
+            threads=options.intra_op_threads,
         )
         self._closed = False
         self._required = {
@@ -174,8 +182,10 @@ class Session:
         cancel: CancellationToken | None = None,
         timeout: float | None = None,
         trace: list[tuple] | None = None,
+        outputs_as: OutputsAs | None = None,
     ) -> list[Any]:
-        """The outputs named (all when None), in that order, for the given inputs.
+        """The outputs named (all when None), in that order, for the given inputs (any array
+        with DLPack; `outputs_as` overrides the session's option for this call).
 
         `cancel` (a token another thread may cancel) and `timeout` (seconds; default the
         session's `run_timeout`) are checked between operators and in every Loop and Scan
@@ -183,8 +193,11 @@ class Session:
         usable. `trace` (a list) gets one record per executed step: (node name, op type,
         perf_counter start, seconds, input shapes)."""
         wanted = self._wanted(output_names)
+        handed_back = output_converter(
+            outputs_as or self.options.outputs_as, feeds, self.kernels.xp
+        )
         results = self._run(feeds, None, profile, self._guard(cancel, timeout), trace)
-        return [results[position] for position in wanted]
+        return handed_back([results[position] for position in wanted])
 
     def run_into(
         self,
@@ -310,6 +323,8 @@ class Session:
         declared = meta.elem_type
         if isinstance(value, (xp.ndarray, np.ndarray)):
             array = value
+        elif (taken := from_other_library(value, xp, meta.name)) is not None:
+            array = taken
         elif declared is not None:
             try:
                 array = np.asarray(value, dtype=numpy_dtype_for_onnx(declared))

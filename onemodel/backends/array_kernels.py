@@ -15,6 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from onemodel.backends import exact_arrays
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
@@ -26,8 +27,9 @@ Scratch = Callable[[Sequence[int], Any], Any]
 class ArrayKernels:
     """The `Kernels` of an array library: whole-array calls, no Python loop over elements.
 
-    Float32 only for now. Operands are validated (backend, type, shape) before any data is
-    read, so a refused call leaves `out` and its version untouched.
+    Tensor entry points take FLOAT (and DOUBLE, for the eager layer's float64 gradient checks)
+    with one type for all operands. Operands are validated (backend, type, shape) before any
+    data is read, so a refused call leaves `out` and its version untouched.
 
     `flushes_subnormals` says whether the library's kernels treat subnormal inputs and results
     as zero (comparisons included); NumPy keeps IEEE subnormals.
@@ -65,6 +67,10 @@ class ArrayKernels:
     @property
     def xp(self) -> Any:
         return self.memory.xp
+
+    def use_threads(self, count: int) -> None:
+        """Let the library's own thread pools use `count` threads (0: all cores) from now on;
+        a run of a session calls it first. Nothing to set for a library without such pools."""
 
     # -- host exchange -----------------------------------------------------------------------
 
@@ -107,7 +113,7 @@ class ArrayKernels:
     # -- matmul ------------------------------------------------------------------------------
 
     def matmul(self, a: Tensor, b: Tensor, out: Tensor) -> None:
-        self._check_float32("matmul", a=a, b=b, out=out)
+        self._check_floating("matmul", a=a, b=b, out=out)
         if not a.rank == b.rank == out.rank >= 2:
             raise TensorShapeError(
                 f"matmul needs operands of one rank ≥ 2 (batch dims already broadcast), not "
@@ -225,6 +231,13 @@ class ArrayKernels:
                 total += a64[..., :, k, None] * b64[..., None, k, :]
         out[...] = total
 
+    def conv_weights(self, w: Any, group: int) -> Any:
+        """W (M, C/group, *K) as `conv_arrays` multiplies it: (group, M/group, C/group·ΠK),
+        C-contiguous, in the compute type (float32 for float16 and bfloat16). The Conv operator
+        prepares a constant W once per plan rather than in every run."""
+        matrix = w.reshape(group, w.shape[0] // group, -1)
+        return self.xp.ascontiguousarray(matrix, dtype=_compute_type(self.xp, w.dtype))
+
     def conv_arrays(
         self,
         x: Any,
@@ -235,66 +248,109 @@ class ArrayKernels:
         dilations: Sequence[int],
         group: int,
         scratch: Scratch | None = None,
+        weights: Any | None = None,
     ) -> None:
         """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), no bias.
 
         Output o reads x at o·stride − pad + k·dilation (`pads` are the leading pads; positions
-        outside the input read as zero). Lowered to im2col and one batched matmul per group;
-        the padded input and the columns live in `scratch` memory when given (a run's arena).
-        """
-        batch, groups = x.shape[0], group
-        kernel, out_spatial = w.shape[2:], out.shape[2:]
-        columns = self._im2col(x, kernel, out_spatial, strides, pads, dilations, scratch)
-        pixels = columns.shape[-1]
-        columns = columns.reshape(batch, groups, -1, pixels)
-        weights = w.reshape(groups, w.shape[0] // groups, -1)
-        self.matmul_arrays(weights, columns, out.reshape(batch, groups, -1, pixels))
-
-    def _im2col(
-        self,
-        x: Any,
-        kernel: Sequence[int],
-        out_spatial: Sequence[int],
-        strides: Sequence[int],
-        pads: Sequence[int],
-        dilations: Sequence[int],
-        scratch: Scratch | None,
-    ) -> Any:
-        """(N, C·ΠK, ΠO) columns, rows ordered (c, k…): strided windows over a zero-padded copy.
-
-        The padded copy is skipped when no window reaches past the input.
+        outside the input read as zero). `weights` is `conv_weights(w, group)` when the caller
+        has it already. A 1×1 convolution with unit strides and no padding is one GEMM per
+        group straight on x; any other is im2col, a band of output rows at a time, and one GEMM
+        per group and band (depthwise included: summing shifted slices times per-channel taps
+        measured 1.4 to 2.7 times slower than its batched GEMM in NumPy). Temporaries live in
+        `scratch` memory when given (a run's arena). float16 and bfloat16 compute in float32
+        and round once into `out`.
         """
         xp = self.xp
         allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
+        if weights is None:
+            weights = self.conv_weights(w, group)
+        compute = weights.dtype
+        result = out if out.dtype == compute else allocate(out.shape, compute)
+        if x.dtype != compute:
+            widened = allocate(x.shape, compute)
+            widened[...] = x
+            x = widened
+        kernel, out_spatial = w.shape[2:], out.shape[2:]
+        geometry = _ConvGeometry(kernel, out_spatial, strides, pads, dilations)
+        with np.errstate(all="ignore"):  # inf · 0 and overflow are results, as in `binary`
+            if geometry.pointwise and tuple(out_spatial) == tuple(x.shape[2:]):
+                batch, pixels = x.shape[0], _product(out_spatial)
+                self.matmul_arrays(
+                    weights,
+                    x.reshape(batch, group, -1, pixels),
+                    result.reshape(batch, group, -1, pixels),
+                )
+            else:
+                self._im2col_conv(x, weights, result, geometry, allocate)
+        if result is not out:
+            out[...] = result
+
+    def _im2col_conv(
+        self, x: Any, weights: Any, out: Any, geometry: _ConvGeometry, allocate: Scratch
+    ) -> None:
+        """Per image and band of output rows (first spatial axis): columns (C·ΠK, rows·Π rest)
+        copied from strided windows, then one GEMM per group. Bands keep the columns near
+        _BAND_ELEMENTS, so they stay in cache and memory does not grow with the image. A band's
+        GEMM may round differently from a whole-image one; bands depend on shapes only, so the
+        bits still do not depend on threads."""
+        x = self._padded(x, geometry, allocate)
+        batch, channels = x.shape[:2]
+        groups, per_group = weights.shape[0], weights.shape[1]
+        windows = self._windows(x, geometry)  # (N, C, *K, *O)
+        rows, *rest = geometry.out_spatial
+        row_pixels = _product(rest)
+        depth = channels * _product(geometry.kernel)
+        band = max(1, min(rows, _BAND_ELEMENTS // max(depth * row_pixels, 1)))
+        buffer = allocate((depth * band * row_pixels,), x.dtype)
+        pixels = rows * row_pixels
+        flat_out = out.reshape(batch, groups, per_group, pixels)
+        product = (
+            None if band == rows else allocate((groups * per_group * band * row_pixels,), out.dtype)
+        )
+        taps = (slice(None),) * (1 + len(geometry.kernel))
+        for n in range(batch):
+            for start in range(0, rows, band):
+                stop = min(start + band, rows)
+                width = (stop - start) * row_pixels
+                columns = buffer[: depth * width]
+                columns.reshape(channels, *geometry.kernel, stop - start, *rest)[...] = windows[
+                    (n, *taps, slice(start, stop))
+                ]
+                columns = columns.reshape(groups, depth // groups, width)
+                if product is None:
+                    self.matmul_arrays(weights, columns, flat_out[n])
+                else:
+                    target = product[: groups * per_group * width].reshape(groups, per_group, width)
+                    self.matmul_arrays(weights, columns, target)
+                    flat_out[n, :, :, start * row_pixels : stop * row_pixels] = target
+
+    def _padded(self, x: Any, geometry: _ConvGeometry, allocate: Scratch) -> Any:
+        """x, or a zero-padded copy of it when some window reaches past it."""
         batch, channels, *spatial = x.shape
-        reach = [
-            _span(o, s, k, d)
-            for o, s, k, d in zip(out_spatial, strides, kernel, dilations, strict=True)
-        ]
-        if any(pads) or any(r > n for r, n in zip(reach, spatial, strict=True)):
-            padded = allocate((batch, channels, *reach), x.dtype)
-            padded[...] = 0
-            kept = [min(n, r - p) for n, r, p in zip(spatial, reach, pads, strict=True)]
-            padded[(..., *(slice(p, p + k) for p, k in zip(pads, kept, strict=True)))] = x[
-                (..., *(slice(0, k) for k in kept))
-            ]
-            x = padded
-        if all(k == 1 for k in kernel) and all(s == 1 for s in strides):
-            window_view = x[(..., *(slice(0, o) for o in out_spatial))]
-        else:
-            axis_strides = x.strides[2:]
-            window_view = xp.lib.stride_tricks.as_strided(
-                x,
-                shape=(batch, channels, *kernel, *out_spatial),
-                strides=(
-                    *x.strides[:2],
-                    *(a * d for a, d in zip(axis_strides, dilations, strict=True)),
-                    *(a * s for a, s in zip(axis_strides, strides, strict=True)),
-                ),
-            )
-        columns = allocate((batch, channels * _product(kernel), _product(out_spatial)), x.dtype)
-        columns.reshape(window_view.shape)[...] = window_view
-        return columns
+        reach = geometry.reach
+        if not any(geometry.pads) and all(r <= n for r, n in zip(reach, spatial, strict=True)):
+            return x
+        padded = allocate((batch, channels, *reach), x.dtype)
+        padded[...] = 0
+        kept = [min(n, r - p) for n, r, p in zip(spatial, reach, geometry.pads, strict=True)]
+        inside = (slice(p, p + k) for p, k in zip(geometry.pads, kept, strict=True))
+        padded[(..., *inside)] = x[(..., *(slice(0, k) for k in kept))]
+        return padded
+
+    def _windows(self, x: Any, geometry: _ConvGeometry) -> Any:
+        """The (N, C, *K, *O) view of x whose [n, c, k…, o…] is the input that tap k of output
+        o reads (x already padded)."""
+        axis_strides = x.strides[2:]
+        return self.xp.lib.stride_tricks.as_strided(
+            x,
+            shape=(*x.shape[:2], *geometry.kernel, *geometry.out_spatial),
+            strides=(
+                *x.strides[:2],
+                *(a * d for a, d in zip(axis_strides, geometry.dilations, strict=True)),
+                *(a * s for a, s in zip(axis_strides, geometry.strides, strict=True)),
+            ),
+        )
 
     def conv_transpose_arrays(
         self,
@@ -423,16 +479,20 @@ class ArrayKernels:
                     f"backend works on {self.memory.name} memory"
                 )
 
-    def _check_float32(self, what: str, **tensors: Tensor) -> None:
+    def _check_floating(self, what: str, **tensors: Tensor) -> None:
+        """FLOAT, or DOUBLE (which the eager layer's float64 gradient checks compute in), but
+        one type for every operand."""
         self._check_memory(what, **tensors)
+        first = next(iter(tensors.values())).dtype
         for role, tensor in tensors.items():
-            if tensor.dtype is not DType.FLOAT:
+            if tensor.dtype not in (DType.FLOAT, DType.DOUBLE) or tensor.dtype is not first:
                 raise TensorError(
-                    f"{what} supports FLOAT (float32) tensors only; {role} is {tensor.dtype.name}"
+                    f"{what} supports FLOAT or DOUBLE tensors of one type; {role} is "
+                    f"{tensor.dtype.name} among {first.name} operands"
                 )
 
     def _check_elementwise(self, what: str, out: Tensor, **inputs: Tensor) -> None:
-        self._check_float32(what, **inputs, out=out)
+        self._check_floating(what, **inputs, out=out)
         if any(tensor.shape != out.shape for tensor in inputs.values()):
             described = ", ".join(f"{role} {t.shape}" for role, t in inputs.items())
             raise TensorShapeError(
@@ -453,6 +513,269 @@ class ArrayKernels:
                 f"{out.shape}); it must have one element per result"
             )
 
+    # -- exact mode: the kernels of exact_arrays, the same code on every backend --------------
+
+    def exact_conv_arrays(
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        group: int,
+    ) -> None:
+        exact_arrays.conv_arrays(self.xp, x, w, out, strides, pads, dilations, group)
+
+    def exact_max_pool_arrays(
+        self,
+        x: Any,
+        out: Any,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        indices: Any | None = None,
+    ) -> None:
+        exact_arrays.max_pool_arrays(self.xp, x, out, kernel, strides, pads, dilations, indices)
+
+    def exact_average_pool_arrays(
+        self,
+        x: Any,
+        out: Any,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        divisor: Any,
+    ) -> None:
+        exact_arrays.average_pool_arrays(self.xp, x, out, kernel, strides, pads, dilations, divisor)
+
+    def exact_sum_arrays(self, x: Any, axes: Sequence[int], out: Any) -> None:
+        exact_arrays.sum_arrays(self.xp, x, axes, out)
+
+    def exact_mean_arrays(self, x: Any, axes: Sequence[int], out: Any) -> None:
+        exact_arrays.mean_arrays(self.xp, x, axes, out)
+
+    def exact_max_arrays(self, x: Any, axes: Sequence[int], out: Any) -> None:
+        exact_arrays.extremum_arrays(self.xp, x, axes, out, largest=True)
+
+    def exact_min_arrays(self, x: Any, axes: Sequence[int], out: Any) -> None:
+        exact_arrays.extremum_arrays(self.xp, x, axes, out, largest=False)
+
+    def exact_exp_arrays(self, x: Any, out: Any) -> None:
+        exact_arrays.exp_arrays(self.xp, x, out)
+
+    def exact_log_arrays(self, x: Any, out: Any) -> None:
+        exact_arrays.log_arrays(self.xp, x, out)
+
+    def exact_erf_arrays(self, x: Any, out: Any) -> None:
+        exact_arrays.erf_arrays(self.xp, x, out)
+
+    def exact_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
+        exact_arrays.softmax_arrays(self.xp, x, axis, out)
+
+    def exact_log_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
+        exact_arrays.log_softmax_arrays(self.xp, x, axis, out)
+
+    def exact_layer_norm_arrays(
+        self,
+        x: Any,
+        scale: Any,
+        bias: Any | None,
+        axis: int,
+        epsilon: float,
+        out: Any,
+        mean: Any | None = None,
+        inv_std: Any | None = None,
+    ) -> None:
+        exact_arrays.layer_norm_arrays(self.xp, x, scale, bias, axis, epsilon, out, mean, inv_std)
+
+    # -- entry points of the eager layer -----------------------------------------------------
+    # Everything here is correctly rounded single operations, selections and data movement in
+    # a fixed order, except reduce_sum (any order) and reduce_max (which ±0 a tie reports).
+
+    def reduce_sum(self, x: Tensor, out: Tensor) -> None:
+        axes = self._check_reduction("reduce_sum", x, out)
+        result = out.mutable_data()
+        result[...] = self.xp.sum(x.data(), axis=axes, keepdims=True, dtype=self.xp.float64)
+
+    def exact_reduce_sum(self, x: Tensor, out: Tensor) -> None:
+        """exact_sum_arrays (exact mode's ordered float64 sum) on validated tensors."""
+        axes = self._check_reduction("exact_reduce_sum", x, out)
+        self.exact_sum_arrays(x.data(), axes, out.mutable_data())
+
+    def reduce_max(self, x: Tensor, out: Tensor) -> None:
+        axes = self._check_reduction("reduce_max", x, out)
+        if any(x.shape[axis] == 0 for axis in axes):
+            raise TensorShapeError(f"reduce_max of {x.shape} to {out.shape} takes an empty max")
+        out.mutable_data()[...] = self.xp.max(x.data(), axis=axes, keepdims=True)
+
+    def select_greater(
+        self, a: Tensor, b: Tensor, if_greater: Tensor, otherwise: Tensor, out: Tensor
+    ) -> None:
+        what = "select_greater"
+        self._check_elementwise(what, out, a=a, b=b, if_greater=if_greater, otherwise=otherwise)
+        with np.errstate(invalid="ignore"):
+            chosen = self.xp.where(a.data() > b.data(), if_greater.data(), otherwise.data())
+        out.mutable_data()[...] = chosen
+
+    def max_pool2d_backward(
+        self,
+        grad_out: Tensor,
+        indices: Tensor,
+        grad_in: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+    ) -> None:
+        """Per kernel offset, one masked strided add: within an offset the windows read
+        distinct positions, so the only order that matters is that of the offsets."""
+        xp = self.xp
+        self._check_memory("max_pool2d_backward", grad_out=grad_out, grad_in=grad_in)
+        self._check_memory("max_pool2d_backward", indices=indices)
+        check_max_pool2d(grad_in, grad_out, kernel, stride, pad, indices)
+        self._check_output("max_pool2d_backward", grad_in)
+        axes = window_axes(grad_in.shape[2:], grad_out.shape[2:], kernel, stride, pad, (1, 1))
+        grads, winners = grad_out.data(), indices.data()
+        result = grad_in.mutable_data()
+        result[...] = 0
+        zero = result.dtype.type(0)
+        for source, target, positions in _tap_boxes(xp, axes):
+            won = winners[target] == _plane_positions(xp, axes, positions)
+            result[source] += xp.where(won, grads[target], zero)
+
+    def relu_max_pool2d(
+        self,
+        x: Tensor,
+        out: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+        indices: Tensor | None = None,
+    ) -> None:
+        """relu(max) = max(relu): pool, then zero the windows whose winner is not positive."""
+        self.max_pool2d(x, out, kernel, stride, pad, indices)
+        pooled = out.mutable_data()
+        not_positive = pooled <= 0
+        pooled[...] = self.xp.where(not_positive, pooled.dtype.type(0), pooled)
+        if indices is not None:
+            self.xp.copyto(indices.mutable_data(), -1, where=not_positive)
+
+    def im2col(
+        self,
+        x: Tensor,
+        columns: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+    ) -> None:
+        axes = self._check_columns("im2col", x, columns, kernel, stride, pad)
+        batch, channels = x.shape[:2]
+        windows = self.xp.zeros((batch, channels, *kernel, *columns_hw(axes)), dtype=x.data().dtype)
+        values = x.data()
+        for taps, source, target in _window_taps(axes):
+            windows[(slice(None), slice(None), *taps)][target] = values[source]
+        columns.mutable_data()[...] = windows.reshape(columns.shape)
+
+    def col2im(
+        self,
+        columns: Tensor,
+        out: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+    ) -> None:
+        axes = self._check_columns("col2im", out, columns, kernel, stride, pad)
+        batch, channels = out.shape[:2]
+        windows = columns.data().reshape(batch, channels, *kernel, *columns_hw(axes))
+        result = out.mutable_data()
+        result[...] = 0
+        for taps, source, target in _window_taps(axes):
+            result[source] += windows[(slice(None), slice(None), *taps)][target]
+
+    def embedding(self, table: Tensor, ids: Tensor, out: Tensor) -> None:
+        self._check_embedding("embedding", table, ids, out)
+        out.mutable_data()[...] = self.xp.take(table.data(), ids.data(), axis=0)
+
+    def embedding_backward(
+        self, ids: Tensor, grad_out: Tensor, grad_table: Tensor, skip_id: int
+    ) -> None:
+        """One unbuffered scatter-add in row-major order of the ids (`add.at` repeats adds to
+        a row in that order)."""
+        self._check_embedding("embedding_backward", grad_table, ids, grad_out)
+        self._check_output("embedding_backward", grad_table)
+        wanted = ids.data() != skip_id
+        result = grad_table.mutable_data()
+        result[...] = 0
+        self.xp.add.at(result, ids.data()[wanted], grad_out.data()[wanted])
+
+    def _check_reduction(self, what: str, x: Tensor, out: Tensor) -> tuple[int, ...]:
+        """The reduced axes: out keeps x's rank, with extent 1 where x is reduced."""
+        self._check_floating(what, x=x, out=out)
+        if out.rank != x.rank or any(
+            o not in (1, n) for o, n in zip(out.shape, x.shape, strict=True)
+        ):
+            raise TensorShapeError(
+                f"{what} of {x.shape} into {out.shape}: out must have x's rank, each extent "
+                "x's or 1"
+            )
+        self._check_output(what, out)
+        return tuple(a for a in range(x.rank) if out.shape[a] == 1 and x.shape[a] != 1)
+
+    def _check_columns(
+        self,
+        what: str,
+        image: Tensor,
+        columns: Tensor,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        pad: Sequence[int],
+    ) -> list[WindowAxis]:
+        """The two window axes of an unfold of `image` (N, C, H, W) into `columns`."""
+        self._check_floating(what, image=image, columns=columns)
+        if image.rank != 4:
+            raise TensorShapeError(f"{what} needs an (N, C, H, W) image, not shape {image.shape}")
+        if any(k < 1 for k in kernel) or any(s < 1 for s in stride) or any(p < 0 for p in pad):
+            raise TensorShapeError(
+                f"{what}: kernel {tuple(kernel)} and stride {tuple(stride)} must be ≥ 1, pad "
+                f"{tuple(pad)} ≥ 0"
+            )
+        extents = [(n + 2 * p - k) // s + 1 for n, k, s, p in zip(
+            image.shape[2:], kernel, stride, pad, strict=True)]  # fmt: skip
+        if min(extents) < 1:
+            raise TensorShapeError(
+                f"{what}: a kernel {tuple(kernel)} does not fit {image.shape[2:]} padded by "
+                f"{tuple(pad)}"
+            )
+        batch, channels = image.shape[:2]
+        expected = (batch, channels * kernel[0] * kernel[1], extents[0] * extents[1])
+        if columns.shape != expected:
+            raise TensorShapeError(
+                f"{what}: the columns of {image.shape} with kernel {tuple(kernel)} have shape "
+                f"{expected}, not {columns.shape}"
+            )
+        self._check_output(what, image if what == "col2im" else columns)
+        return window_axes(image.shape[2:], extents, kernel, stride, pad, (1, 1))
+
+    def _check_embedding(self, what: str, table: Tensor, ids: Tensor, rows: Tensor) -> None:
+        """A (V, D) table, INT32/INT64 ids in 0..V−1, rows of shape (*ids.shape, D)."""
+        self._check_floating(what, table=table, rows=rows)
+        self._check_memory(what, ids=ids)
+        if ids.dtype not in (DType.INT32, DType.INT64):
+            raise TensorError(f"{what} ids must be INT32 or INT64, not {ids.dtype.name}")
+        if table.rank != 2 or rows.shape != (*ids.shape, table.shape[1]):
+            raise TensorShapeError(
+                f"{what} needs a (V, D) table and rows of shape (*ids.shape, D): table "
+                f"{table.shape}, ids {ids.shape}, rows {rows.shape}"
+            )
+        values = ids.data()
+        if values.size and (int(values.min()) < 0 or int(values.max()) >= table.shape[0]):
+            raise TensorError(
+                f"{what}: ids run from {int(values.min())} to {int(values.max())}, outside the "
+                f"table's 0..{table.shape[0] - 1}"
+            )
+
 
 NARROW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
 
@@ -468,6 +791,52 @@ def _product(values: Sequence[int]) -> int:
     for value in values:
         result *= int(value)
     return result
+
+
+# Elements of one band of im2col columns (4 MiB of float32): large enough for an efficient GEMM,
+# small enough to stay in cache between the copy that writes it and the GEMM that reads it.
+_BAND_ELEMENTS = 1 << 20
+
+
+def _compute_type(xp: Any, dtype: Any) -> Any:
+    """float32 for float16 and bfloat16 (no BLAS for them), else the type itself."""
+    return xp.dtype(xp.float32) if dtype in NARROW_FLOATS else xp.dtype(dtype)
+
+
+@dataclass(frozen=True)
+class _ConvGeometry:
+    """Where the taps of a convolution read, per spatial axis (`pads` are the leading pads)."""
+
+    kernel: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+
+    def __init__(self, kernel, out_spatial, strides, pads, dilations) -> None:
+        for name, values in (
+            ("kernel", kernel),
+            ("out_spatial", out_spatial),
+            ("strides", strides),
+            ("pads", pads),
+            ("dilations", dilations),
+        ):
+            object.__setattr__(self, name, tuple(int(v) for v in values))
+
+    @property
+    def pointwise(self) -> bool:
+        """A 1×1 kernel at unit strides without leading pads: the output reads x as it is."""
+        return not any(self.pads) and all(k == 1 for k in self.kernel + self.strides)
+
+    @property
+    def reach(self) -> list[int]:
+        """Per axis, the padded input extent the windows read."""
+        return [
+            _span(o, s, k, d)
+            for o, s, k, d in zip(
+                self.out_spatial, self.strides, self.kernel, self.dilations, strict=True
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -534,13 +903,26 @@ def _tap_boxes(
 ) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]]:
     """Per kernel offset (row-major) that some window reads from the input: the input slices
     it reads, the box of the output those windows form, and the positions read per axis."""
+    for _, source, target in _window_taps(axes):
+        positions = [xp.arange(s.start, s.stop, s.step) for s in source[1:]]
+        yield source, target, positions
+
+
+def _window_taps(
+    axes: Sequence[WindowAxis],
+) -> Iterator[tuple[tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]]:
+    """Per kernel offset (row-major) that some window reads from the input: the offset, the
+    input slices it reads and the box of the output those windows form."""
     for taps in itertools.product(*(range(axis.kernel) for axis in axes)):
         runs = [axis.windows_reading(tap) for axis, tap in zip(axes, taps, strict=True)]
-        if not all(runs):
-            continue
-        slices = [axis.positions(run, tap) for axis, run, tap in zip(axes, runs, taps, strict=True)]
-        positions = [xp.arange(s.start, s.stop, s.step) for s in slices]
-        yield (..., *slices), (..., *(slice(run.start, run.stop) for run in runs)), positions
+        if all(runs):
+            slices = map(WindowAxis.positions, axes, runs, taps)
+            yield taps, (..., *slices), (..., *(slice(run.start, run.stop) for run in runs))
+
+
+def columns_hw(axes: Sequence[WindowAxis]) -> tuple[int, ...]:
+    """The output extents of an unfold along its window axes."""
+    return tuple(axis.extent for axis in axes)
 
 
 def _plane_positions(xp: Any, axes: Sequence[WindowAxis], per_axis: Sequence[Any]) -> Any:

@@ -121,9 +121,10 @@ def check_max_pool2d(
     indices: Tensor | None,
 ) -> PoolGeometry:
     """Validate the operands of max_pool2d and return the geometry; touches no data."""
-    if x.dtype is not DType.FLOAT or out.dtype is not DType.FLOAT:
+    if x.dtype not in (DType.FLOAT, DType.DOUBLE) or out.dtype is not x.dtype:
         raise TensorError(
-            f"max_pool2d supports FLOAT tensors only, not {x.dtype.name} into {out.dtype.name}"
+            f"max_pool2d supports FLOAT or DOUBLE tensors of one type, not {x.dtype.name} into "
+            f"{out.dtype.name}"
         )
     if x.rank != 4:
         raise TensorShapeError(f"max_pool2d needs an (N, C, H, W) input, not shape {x.shape}")

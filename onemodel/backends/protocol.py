@@ -134,3 +134,144 @@ class Kernels(Protocol):
         self, x: Any, out: Any, kernel: Any, strides: Any, pads: Any, dilations: Any
     ) -> None:
         """N-D sum of each window's real positions (padding adds nothing)."""
+
+    # Exact mode's array entry points (onemodel/backends/exact_arrays.py, docs/exact-mode.md):
+    # float64 work in one written-out order, rounded once into `out`; the same bits everywhere.
+
+    def exact_conv_arrays(
+        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+    ) -> None:
+        """conv_arrays summed from +0 over (input channel, kernel offset row-major)."""
+
+    def exact_max_pool_arrays(
+        self,
+        x: Any,
+        out: Any,
+        kernel: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        indices: Any | None = None,
+    ) -> None:
+        """max_pool_arrays by strict compare and select, offsets in row-major order."""
+
+    def exact_average_pool_arrays(
+        self, x: Any, out: Any, kernel: Any, strides: Any, pads: Any, dilations: Any, divisor: Any
+    ) -> None:
+        """Each window's ordered float64 sum, divided once by `divisor`."""
+
+    def exact_sum_arrays(self, x: Any, axes: Any, out: Any) -> None:
+        """Σ over `axes` in float64, reduced positions in row-major order."""
+
+    def exact_mean_arrays(self, x: Any, axes: Any, out: Any) -> None:
+        """exact_sum_arrays divided once by the count."""
+
+    def exact_max_arrays(self, x: Any, axes: Any, out: Any) -> None:
+        """Max over `axes` by strict compare and select in row-major order; first NaN wins."""
+
+    def exact_min_arrays(self, x: Any, axes: Any, out: Any) -> None:
+        """Min over `axes` by strict compare and select in row-major order; first NaN wins."""
+
+    def exact_exp_arrays(self, x: Any, out: Any) -> None:
+        """exp by a fixed range reduction and polynomial in float64."""
+
+    def exact_log_arrays(self, x: Any, out: Any) -> None:
+        """log by a fixed range reduction and series in float64."""
+
+    def exact_erf_arrays(self, x: Any, out: Any) -> None:
+        """erf by a fixed positive series times the exact exp, in float64."""
+
+    def exact_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
+        """Softmax along `axis` from the exact max, exp and ordered sum."""
+
+    def exact_log_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
+        """LogSoftmax along `axis` from the exact max, exp, ordered sum and log."""
+
+    def exact_layer_norm_arrays(
+        self,
+        x: Any,
+        scale: Any,
+        bias: Any | None,
+        axis: int,
+        epsilon: float,
+        out: Any,
+        mean: Any | None = None,
+        inv_std: Any | None = None,
+    ) -> None:
+        """LayerNormalization over the axes from `axis` on, statistics by ordered sums."""
+
+    # Tensor entry points of the eager operations and their gradients (onemodel/eager/): FLOAT
+    # or DOUBLE operands of one type, validated before anything is written, like those above.
+
+    def reduce_sum(self, x: Tensor, out: Tensor) -> None:
+        """out = Σ of x over the axes where out (of x's rank) has extent 1 and x does not.
+
+        The meaning is exact_reduce_sum's; a fast backend may sum in another order.
+        """
+
+    def exact_reduce_sum(self, x: Tensor, out: Tensor) -> None:
+        """reduce_sum in float64, reduced elements in row-major order, rounded once (exact mode)."""
+
+    def reduce_max(self, x: Tensor, out: Tensor) -> None:
+        """out = max of x over reduce_sum's axes (none of them empty); a NaN wins."""
+
+    def select_greater(
+        self, a: Tensor, b: Tensor, if_greater: Tensor, otherwise: Tensor, out: Tensor
+    ) -> None:
+        """out = if_greater where a > b, else otherwise (a NaN compares false); one shape."""
+
+    def max_pool2d_backward(
+        self,
+        grad_out: Tensor,
+        indices: Tensor,
+        grad_in: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+    ) -> None:
+        """grad_in = at each input position, Σ of grad_out over the windows whose winner
+        (`indices` as max_pool2d reports them; −1: none) it is, kernel offsets in row-major
+        order."""
+
+    def relu_max_pool2d(
+        self,
+        x: Tensor,
+        out: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+        indices: Tensor | None = None,
+    ) -> None:
+        """max_pool2d of relu(x); a window without a positive element gives +0 and index −1
+        ("no gradient"), seed 002 §8."""
+
+    def im2col(
+        self,
+        x: Tensor,
+        columns: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+    ) -> None:
+        """columns (N, C·kh·kw, OH·OW) of x (N, C, H, W): rows ordered (c, ky, kx), column
+        oy·OW + ox holds the window at (oy·stride − pad, ox·stride − pad); padding reads 0."""
+
+    def col2im(
+        self,
+        columns: Tensor,
+        out: Tensor,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        pad: tuple[int, int],
+    ) -> None:
+        """The adjoint of im2col: out (N, C, H, W) = Σ of the column entries that read each
+        position, kernel offsets in row-major order."""
+
+    def embedding(self, table: Tensor, ids: Tensor, out: Tensor) -> None:
+        """out[i…, :] = table[ids[i…], :] for INT32/INT64 ids in 0..V−1."""
+
+    def embedding_backward(
+        self, ids: Tensor, grad_out: Tensor, grad_table: Tensor, skip_id: int
+    ) -> None:
+        """grad_table[v] = Σ of grad_out[i…] over the ids equal to v, in row-major order of
+        the ids; ids equal to `skip_id` contribute nothing."""

@@ -13,14 +13,14 @@ import numpy as np
 
 from onemodel.backends.array_kernels import ArrayKernels
 from onemodel.backends.pooling import PoolGeometry
-from onemodel.tensors import HOST
+from onemodel.tensors import HOST, Tensor
 
 
 class ReferenceKernels(ArrayKernels):
     """Plain single-threaded NumPy with a fixed order of operations: same bits on any machine.
 
-    Not yet `supports_exact`: exact mode is specified later, but nothing here depends on BLAS,
-    threads or SIMD width, so it can become that mode's CPU implementation.
+    Exact mode's entry points (`exact_*_arrays`) are inherited unchanged: exact_arrays.py is
+    their one definition, so this path and "numpy" give the same exact bits by construction.
     """
 
     def __init__(self) -> None:
@@ -30,14 +30,14 @@ class ReferenceKernels(ArrayKernels):
         """Float64 accumulation in the canonical order k = 0, 1, …, K−1, then one rounding.
 
         Each float32 product is exact in float64, so only the K float64 additions and the final
-        rounding to float32 round, always in the same order.
+        rounding to float32 round, always in the same order (for float64, only the additions).
         """
         a64 = a.astype(np.float64)
         b64 = b.astype(np.float64)
         acc = np.zeros(out.shape, dtype=np.float64)
         for k in range(a.shape[-1]):
             acc += a64[..., :, k, None] * b64[..., None, k, :]
-        out[...] = acc.astype(np.float32)
+        out[...] = acc.astype(out.dtype)
 
     def matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
         """Floating matmuls (and so the convolutions built on them) in the canonical order.
@@ -55,7 +55,7 @@ class ReferenceKernels(ArrayKernels):
         rows, cols = geometry.rows, geometry.cols
         ys = np.array([rows.position(o, 0) for o in range(rows.extent)])[:, None]
         xs = np.array([cols.position(o, 0) for o in range(cols.extent)])[None, :]
-        best = np.zeros(out.shape, dtype=np.float32)
+        best = np.zeros(out.shape, dtype=out.dtype)
         where = np.zeros(out.shape, dtype=np.int32)
         has_value = np.zeros(out.shape, dtype=bool)
         for ky, kx in geometry.window_offsets():
@@ -70,3 +70,7 @@ class ReferenceKernels(ArrayKernels):
         out[...] = best
         if indices is not None:
             indices[...] = where
+
+    def reduce_sum(self, x: Tensor, out: Tensor) -> None:
+        """The canonical order (exact_reduce_sum) is the meaning of the eager layer's sum."""
+        self.exact_reduce_sum(x, out)

@@ -18,7 +18,11 @@ from onemodel.tensors import numpy_dtype_for_onnx
 
 
 class ControlFlow(Operator):
+    """Exact: bodies compile in the session's mode, so a body without exact kernels fails the
+    model at creation; the operators themselves only move and slice tensors."""
+
     outputs_data_dependent = True
+    supports_exact = True
 
     def body(self, attribute: str) -> Any:
         graph = self.node.attr(attribute)

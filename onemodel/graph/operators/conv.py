@@ -21,6 +21,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import DType
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -207,32 +208,42 @@ class Convolution(Operator):
             ctx.xp.add(out, bias.reshape(-1, *(1,) * (out.ndim - 2)), out=out)
 
 
-class ConvOp(Convolution):
-    """Y = X ⋆ W + B: N-D grouped cross-correlation (depthwise when group = C)."""
+class ConvOp(Convolution, PreparesConstants):
+    """Y = X ⋆ W + B: N-D grouped cross-correlation (depthwise when group = C).
+
+    Exact: the sum of products in exact_conv_arrays' order, rounded once; the bias is then one
+    rounded add.
+
+    Fast: a constant W is prepared once per plan as the matrix the kernel multiplies; the bias
+    is added in place on the output, where a fused activation would follow (see FusedConv)."""
 
     transposed = False
+    supports_exact = True
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         x, kernel, out_channels = self._check(ctx)
         placement = self.windows.place(x[2:], kernel)
         return [ctx.output(ctx.dtype(0), (x[0], out_channels, *placement.out_spatial))]
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        w = constants[1]
+        if ctx.exact or w is None or w.size == 0:
+            return None
+        return ctx.kernels.conv_weights(w, self.group)
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         x, w = inputs[0], inputs[1]
         (out,) = outputs
         if out.size == 0:  # batch 0 or no output channels: nothing to compute
             return
         placement = self.windows.place(x.shape[2:], w.shape[2:])
-        ctx.kernels.conv_arrays(
-            x,
-            w,
-            out,
-            placement.strides,
-            placement.pads_begin,
-            placement.dilations,
-            self.group,
-            scratch=ctx.scratch,
-        )
+        window = (placement.strides, placement.pads_begin, placement.dilations, self.group)
+        if ctx.exact:
+            ctx.kernels.exact_conv_arrays(x, w, out, *window)
+        else:
+            ctx.kernels.conv_arrays(x, w, out, *window, scratch=ctx.scratch, weights=prepared)
         self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
 
 

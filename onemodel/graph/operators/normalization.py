@@ -52,7 +52,12 @@ class BatchNormalizationOp(Operator):
     saved_mean, saved_var outputs) are refused: the spec never defines what saved_mean and
     saved_var hold. Before opset 9, spatial = 0 gives each element of a sample its own
     statistics: the parameters then have X's shape minus N.
+
+    Exact: inference is separate rounded operations (sqrt, divide, multiply, add, never fused);
+    in exact mode the batch statistics are the backend's exact means.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -107,7 +112,7 @@ class BatchNormalizationOp(Operator):
         shape = (1, *scale.shape, *(1,) * (x.ndim - 1 - scale.ndim))
         with np.errstate(all="ignore"):
             if self.training:
-                mean, var = self._batch_statistics(xp, x, mean, var, compute, outputs[1:])
+                mean, var = self._batch_statistics(ctx, x, mean, var, compute, outputs[1:])
             factor = scale.astype(compute) / xp.sqrt(var.astype(compute) + self.epsilon)
             shift = bias.astype(compute) - mean.astype(compute) * factor
             out = outputs[0]
@@ -119,14 +124,30 @@ class BatchNormalizationOp(Operator):
                 xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
 
     def _batch_statistics(
-        self, xp: Any, x: Array, mean: Array, var: Array, compute: Any, running: Sequence[Array]
+        self,
+        ctx: RunContext,
+        x: Array,
+        mean: Array,
+        var: Array,
+        compute: Any,
+        running: Sequence[Array],
     ) -> tuple[Array, Array]:
         """The batch's mean and population variance per channel (in the compute type), after
-        writing the running statistics into the outputs that `running` holds."""
+        writing the running statistics into the outputs that `running` holds. Exact mode: the
+        mean, then the mean of the squared deviations from it, by the exact means."""
+        xp = ctx.xp
         axes = (0, *range(2, x.ndim))
         values = x.astype(compute, copy=False)
-        batch_mean = values.mean(axis=axes)
-        batch_var = values.var(axis=axes)
+        if ctx.exact:
+            batch_mean = xp.empty(mean.shape, dtype=compute)
+            ctx.kernels.exact_mean_arrays(values, axes, batch_mean)
+            deviations = values - batch_mean.reshape(-1, *(1,) * (x.ndim - 2))
+            deviations *= deviations
+            batch_var = xp.empty(mean.shape, dtype=compute)
+            ctx.kernels.exact_mean_arrays(deviations, axes, batch_var)
+        else:
+            batch_mean = values.mean(axis=axes)
+            batch_var = values.var(axis=axes)
         kept = compute(self.momentum)
         for out, stored, batch in zip(running, (mean, var), (batch_mean, batch_var), strict=False):
             xp.add(stored.astype(compute) * kept, batch * (1 - kept), out=out, casting="unsafe")
@@ -163,8 +184,11 @@ class LayerNormalizationOp(Standardization):
     """Standardize over the axes from `axis` on; Scale and B broadcast to those axes' shape.
 
     Mean and InvStdDev (optional outputs) have X's shape with the normalized axes set to 1 and
-    the element type stash_type, which also sets the precision of the statistics.
+    the element type stash_type, which also sets the precision of the statistics. Exact:
+    exact_layer_norm_arrays, in float64 whatever stash_type says, rounded once into each output.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -196,6 +220,12 @@ class LayerNormalizationOp(Standardization):
         bias = inputs[2] if len(inputs) > 2 else None
         xp = ctx.xp
         axis = self.axis % x.ndim
+        if ctx.exact:
+            statistics = (*outputs[1:], None, None)[:2]
+            ctx.kernels.exact_layer_norm_arrays(
+                x, scale, bias, axis, self.epsilon, outputs[0], *statistics
+            )
+            return
         stash = numpy_dtype_for_onnx(self.stash_type)
         compute = _compute_dtype(xp, x.dtype, stash)
         values, mean, inv_std = self._standardize(

@@ -102,8 +102,11 @@ class MaxPoolOp(WindowPool):
     """The largest real value of each window; NaN wins, ties keep the first in row-major order.
 
     The optional Indices output (int64) is the flat position of each winner in the whole input,
-    its plane part row-major (storage_order 0) or column-major (storage_order 1).
+    its plane part row-major (storage_order 0) or column-major (storage_order 1). Exact: compare
+    and select only, in exact_max_pool_arrays' order.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -126,7 +129,8 @@ class MaxPoolOp(WindowPool):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         indices = outputs[1] if self.wants_indices else None
-        ctx.kernels.max_pool_arrays(x, outputs[0], *self._kernel_args(x), indices=indices)
+        pool = ctx.kernels.exact_max_pool_arrays if ctx.exact else ctx.kernels.max_pool_arrays
+        pool(x, outputs[0], *self._kernel_args(x), indices=indices)
         if indices is not None:
             self._globalize(ctx.xp, indices, x.shape)
 
@@ -149,7 +153,10 @@ class MaxPoolOp(WindowPool):
 
 class AveragePoolOp(WindowPool):
     """The mean of each window's real positions; with count_include_pad, padding counts as
-    zeros but positions past the explicit pads (added by ceil_mode) still do not."""
+    zeros but positions past the explicit pads (added by ceil_mode) still do not. Exact: the
+    ordered float64 window sum divided once by that count (exact_average_pool_arrays)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -183,10 +190,14 @@ class AveragePoolOp(WindowPool):
         x = inputs[0]
         (out,) = outputs
         xp = ctx.xp
+        divisor = self._divisor(x.shape, self._place(x.shape))
+        if ctx.exact:
+            ctx.kernels.exact_average_pool_arrays(x, out, *self._kernel_args(x), divisor)
+            return
         compute = _compute_dtype(xp, out.dtype)
         total = out if compute == out.dtype else xp.empty(out.shape, dtype=compute)
         ctx.kernels.sum_pool_arrays(x, total, *self._kernel_args(x))
-        divisor = xp.asarray(self._divisor(x.shape, self._place(x.shape)), dtype=compute)
+        divisor = xp.asarray(divisor, dtype=compute)
         xp.divide(total, divisor, out=out, casting="unsafe")
 
 
@@ -216,7 +227,10 @@ class LpPoolOp(WindowPool):
 
 
 class GlobalPool(Operator):
-    """A reduction over every spatial axis, keeping them as size 1."""
+    """A reduction over every spatial axis, keeping them as size 1. Exact: the exact
+    reductions (ordered float64 mean, compare-and-select max) over the spatial axes."""
+
+    supports_exact = True
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         self.check_types(ctx, _float_types(self.node.opset), 0)
@@ -238,8 +252,11 @@ class GlobalAveragePoolOp(GlobalPool):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         (out,) = outputs
-        compute = _compute_dtype(ctx.xp, out.dtype)
         axes = tuple(range(2, x.ndim))
+        if ctx.exact:
+            ctx.kernels.exact_mean_arrays(x, axes, out)
+            return
+        compute = _compute_dtype(ctx.xp, out.dtype)
         out[...] = ctx.xp.mean(x, axis=axes, keepdims=True, dtype=compute)
 
 
@@ -247,7 +264,11 @@ class GlobalMaxPoolOp(GlobalPool):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         (out,) = outputs
-        out[...] = ctx.xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+        axes = tuple(range(2, x.ndim))
+        if ctx.exact:
+            ctx.kernels.exact_max_arrays(x, axes, out)
+            return
+        out[...] = ctx.xp.max(x, axis=axes, keepdims=True)
 
 
 DEFS: tuple[OpDef, ...] = (

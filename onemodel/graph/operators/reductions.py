@@ -9,6 +9,10 @@ of sums.
 Accumulation types: integers keep their type for sums, products, max and min (wrapping as
 ONNX's integer arithmetic does) and go through float64 for means, norms and logs, truncated
 back; float16 and bfloat16 are accumulated in float32.
+
+Exact mode (Sum, Mean, Max, Min): floats go through the backend's exact reductions (ordered
+float64 sums rounded once; compare and select in row-major order); integer sums, max and min
+are exact in any order and keep their fast path.
 """
 
 from __future__ import annotations
@@ -106,6 +110,8 @@ class Reduction(Operator):
         with np.errstate(all="ignore"):
             if any(x.shape[a] == 0 for a in axes):
                 out[...] = self._identity(values.dtype)
+            elif ctx.exact and values.dtype.kind == "f":
+                self._reduce_exact(ctx.kernels, values, axes, out)
             else:
                 result = self._reduce(xp, values, axes)
                 out[...] = result.reshape(out.shape)
@@ -124,13 +130,21 @@ class Reduction(Operator):
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         raise NotImplementedError
 
+    def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
+        """The exact-mode kernel of a reduction with `supports_exact`."""
+        raise NotImplementedError
+
 
 class ReduceSumOp(Reduction):
     axes_input_since = 13
     integer_exact = True
+    supports_exact = True
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.sum(values, axis=axes, dtype=values.dtype)
+
+    def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
+        kernels.exact_sum_arrays(values, axes, out)
 
 
 class ReduceSumSquareOp(Reduction):
@@ -153,8 +167,13 @@ class ReduceL2Op(Reduction):
 
 
 class ReduceMeanOp(Reduction):
+    supports_exact = True
+
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.mean(values, axis=axes)
+
+    def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
+        kernels.exact_mean_arrays(values, axes, out)
 
     def _identity(self, dtype: Any) -> Any:
         return float("nan")  # 0 / 0
@@ -206,8 +225,13 @@ class ExtremumReduction(Reduction):
 
 
 class ReduceMaxOp(ExtremumReduction):
+    supports_exact = True
+
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.max(values, axis=axes)
+
+    def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
+        kernels.exact_max_arrays(values, axes, out)
 
     def _identity(self, dtype: Any) -> Any:
         if dtype.kind in "iu":
@@ -216,8 +240,13 @@ class ReduceMaxOp(ExtremumReduction):
 
 
 class ReduceMinOp(ExtremumReduction):
+    supports_exact = True
+
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.min(values, axis=axes)
+
+    def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
+        kernels.exact_min_arrays(values, axes, out)
 
     def _identity(self, dtype: Any) -> Any:
         if dtype.kind in "iu":

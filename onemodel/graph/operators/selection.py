@@ -134,7 +134,9 @@ class TopKOp(Operator):
 
 class NonZeroOp(DataDependentOperator):
     """The coordinates of non-zero elements, one column each, in row-major order: [rank, n].
-    A scalar gives [0, n] (unlike numpy.nonzero)."""
+    A scalar gives [0, n] (unlike numpy.nonzero). Exact: compares and positions."""
+
+    supports_exact = True
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
         self.check_array_types(_types_at(self.node.opset, NUMERIC | BOOL, 13), inputs[:1])
@@ -181,7 +183,10 @@ class CompressOp(Operator):
     """The slices along `axis` (or elements of the flattened input) where the condition is
     true. The output is static when the condition is known at plan time; otherwise the node
     is shaped again in every run. A condition longer than the axis is cut to it (as
-    onnxruntime does); a shorter one selects only among the first elements."""
+    onnxruntime does); a shorter one selects only among the first elements. Exact: data
+    movement."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -525,7 +530,9 @@ def _bits(code: int) -> int:
 
 
 class BitCastOp(Operator):
-    """The same bits read as element type `to`, of the same width."""
+    """The same bits read as element type `to`, of the same width. Exact: no arithmetic."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

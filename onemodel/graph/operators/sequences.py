@@ -16,7 +16,10 @@ from onemodel.graph.operators.control_flow import ControlFlow
 
 
 class SequenceOperator(Operator):
+    """Exact: sequences and optionals only move tensors."""
+
     outputs_data_dependent = True
+    supports_exact = True
 
     def position(self, ctx: RunContext, sequence: list, value: Array | None, *, end: int) -> int:
         """A position argument (negative counts from the back), `end` when absent, checked."""

@@ -3,7 +3,8 @@
 Before opset 13 the input is seen as a 2-D matrix: the axes before `axis` (default 1) are the
 rows and all the axes from `axis` on form one row that is normalized as a whole. From opset 13
 only the single axis `axis` (default −1) is. float16 is computed in float16 step by step, as
-ONNX defines it; bfloat16 in float32.
+ONNX defines it; bfloat16 in float32. Exact mode (Softmax, LogSoftmax) computes every type in
+float64 with the backend's exact max, exp, ordered sum and log, and rounds once.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class AxisNormalization(Operator):
         if self.coerce_2d:
             rows = int(np.prod(x.shape[:axis]))
             x, out, axis = x.reshape(rows, -1), out.reshape(rows, -1), 1
+        if ctx.exact:
+            self._along_exact(ctx.kernels, x, axis, out)
+            return
         xp = ctx.xp
         # float16 steps in float16, as ONNX's own definition and reference do (a tested
         # conformance case tells the two apart by 2 ulps); bfloat16, which NumPy cannot
@@ -69,9 +73,15 @@ class AxisNormalization(Operator):
         """The result along `axis` of a float16, float32 or float64 array (which may be reused)."""
         raise NotImplementedError
 
+    def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
+        """The exact-mode kernel of an operator with `supports_exact`."""
+        raise NotImplementedError
+
 
 class SoftmaxOp(AxisNormalization):
     """exp(x − max) / Σ exp(x − max): subtracting the max keeps exp from overflowing."""
+
+    supports_exact = True
 
     def _along(self, xp: Any, values: Array, axis: int) -> Array:
         values -= xp.max(values, axis=axis, keepdims=True)
@@ -79,14 +89,22 @@ class SoftmaxOp(AxisNormalization):
         values /= xp.sum(values, axis=axis, keepdims=True)
         return values
 
+    def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
+        kernels.exact_softmax_arrays(x, axis, out)
+
 
 class LogSoftmaxOp(AxisNormalization):
     """(x − max) − log Σ exp(x − max)."""
+
+    supports_exact = True
 
     def _along(self, xp: Any, values: Array, axis: int) -> Array:
         values -= xp.max(values, axis=axis, keepdims=True)
         values -= xp.log(xp.sum(xp.exp(values), axis=axis, keepdims=True))
         return values
+
+    def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
+        kernels.exact_log_softmax_arrays(x, axis, out)
 
 
 class HardmaxOp(AxisNormalization):

@@ -38,7 +38,9 @@ def host_values(ctx: RunContext, array: Array) -> list[int]:
 class BlockRearrangeOp(Operator):
     """Moves blocksize x blocksize blocks between the channels and the two spatial axes of a
     4-D input: a reshape to six axes, a transpose, a reshape. `mode_since` is the first opset
-    with the `mode` attribute (DCR before it)."""
+    with the `mode` attribute (DCR before it). Exact: data movement."""
+
+    supports_exact = True
 
     mode_since: ClassVar[int]
 
@@ -285,7 +287,9 @@ class MaxUnpoolOp(Operator):
 
 class CenterCropPadOp(Operator):
     """CenterCropPad (18): crops or zero-pads the given axes to `shape` around the centre
-    (the odd element goes to the end)."""
+    (the odd element goes to the end). Exact: data movement."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -328,7 +332,9 @@ class CenterCropPadOp(Operator):
 
 class ReverseSequenceOp(Operator):
     """ReverseSequence (10): reverses the first sequence_lens[b] steps of each batch entry,
-    one gather of (batch, time) index pairs."""
+    one gather of (batch, time) index pairs. Exact: data movement."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -374,9 +380,10 @@ class ReverseSequenceOp(Operator):
 
 class TriluOp(Operator):
     """Trilu (14): keeps the upper (or lower) triangle of the last two axes from diagonal k,
-    zeroing the rest in place."""
+    zeroing the rest in place. Exact: data movement."""
 
     in_place_input = 0
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

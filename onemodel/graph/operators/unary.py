@@ -72,11 +72,19 @@ class ElementwiseUnary(Operator):
         # Overflow, log(0), 0/0 and friends have IEEE results that ONNX defines; warnings would
         # only make the backends behave differently.
         with np.errstate(all="ignore"):
-            self.compute(ctx.xp, inputs[0], outputs[0])
+            if ctx.exact:
+                self.compute_exact(ctx.kernels, inputs[0], outputs[0])
+            else:
+                self.compute(ctx.xp, inputs[0], outputs[0])
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         """Fill `out` from `x`; `out` may be the same array as `x`."""
         raise NotImplementedError
+
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        """`compute` in exact mode: the same, for functions whose ufunc is one correctly rounded
+        operation or a selection; functions built from more override it."""
+        self.compute(kernels.xp, x, out)
 
 
 class Ufunc(ElementwiseUnary):
@@ -112,15 +120,28 @@ class Neg(Ufunc):
 
 
 class Exp(Ufunc):
-    ufunc = "exp"
+    """Exact: exact_exp_arrays (a fixed range reduction and polynomial in float64)."""
+
+    ufunc, supports_exact = "exp", True
+
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        kernels.exact_exp_arrays(x, out)
 
 
 class Log(Ufunc):
-    ufunc = "log"
+    """Exact: exact_log_arrays (a fixed range reduction and series in float64)."""
+
+    ufunc, supports_exact = "log", True
+
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        kernels.exact_log_arrays(x, out)
 
 
 class Sqrt(Ufunc):
-    ufunc = "sqrt"
+    """Exact: IEEE square root is correctly rounded (float16 and bfloat16 through float32 too:
+    float32 has more than twice their precision plus two bits, so that rounding is innocuous)."""
+
+    ufunc, supports_exact = "sqrt", True
 
 
 class Reciprocal(Ufunc):
@@ -128,21 +149,28 @@ class Reciprocal(Ufunc):
 
 
 class Floor(Ufunc):
-    ufunc = "floor"
+    """Exact: an integral value is exact in the type."""
+
+    ufunc, supports_exact = "floor", True
 
 
 class Ceil(Ufunc):
-    ufunc = "ceil"
+    """Exact: an integral value is exact in the type."""
+
+    ufunc, supports_exact = "ceil", True
 
 
 class Round(Ufunc):
-    """Halves round to even, as ONNX says: rint, not the half-away-from-zero of C's round."""
+    """Halves round to even, as ONNX says: rint, not the half-away-from-zero of C's round.
+    Exact: an integral value is exact in the type."""
 
-    ufunc = "rint"
+    ufunc, supports_exact = "rint", True
 
 
 class Sign(Ufunc):
-    ufunc, types = "sign", NUMERIC
+    """Exact: a selection between −1, 0 and 1 (NaN stays NaN)."""
+
+    ufunc, types, supports_exact = "sign", NUMERIC, True
 
 
 class Sin(Ufunc):
@@ -200,13 +228,16 @@ class BitwiseNot(Ufunc):
 
 
 class IsNaN(Ufunc):
-    ufunc, types, result_type = "isnan", FLOATS | FLOAT8S, DType.BOOL
+    """Exact: a classification."""
+
+    ufunc, types, result_type, supports_exact = "isnan", FLOATS | FLOAT8S, DType.BOOL, True
 
 
 class IsInf(ElementwiseUnary):
-    """True for the infinities the attributes ask for (float8 E4M3 types have none)."""
+    """True for the infinities the attributes ask for (float8 E4M3 types have none).
+    Exact: classifications and compares."""
 
-    types, result_type = FLOATS | FLOAT8S, DType.BOOL
+    types, result_type, supports_exact = FLOATS | FLOAT8S, DType.BOOL, True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -227,7 +258,12 @@ class Erf(Formula):
     input type: relative error below 1e-15 before the final rounding.
 
     Erf 9 also listed integer types without saying how an integer result is rounded; they are
-    refused."""
+    refused. Exact: exact_erf_arrays (a positive series times the exact exp, in float64)."""
+
+    supports_exact = True
+
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        kernels.exact_erf_arrays(x, out)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return erf(xp, x.astype(xp.float64))

@@ -1,0 +1,145 @@
+"""The fast convolution paths (1×1 GEMM, banded im2col, grouped, depthwise, dilated, strided,
+padded, float16) against a direct float64 sum over kernel taps written here, and the prepared
+weights of a Conv whose W is constant or computed."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onemodel.backends.array_kernels as array_kernels
+from onemodel import Session
+from onemodel.backends import KernelPaths
+from onemodel.graph.importer import model_from_proto
+
+
+def direct_conv(x, w, strides, pads, dilations, group):
+    """Cross-correlation by definition: a float64 sum over kernel taps of shifted input windows."""
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    rank = x.ndim - 2
+    padded = np.pad(x64, [(0, 0), (0, 0), *zip(pads[:rank], pads[rank:], strict=True)])
+    out_spatial = [
+        (n - ((k - 1) * d + 1)) // s + 1
+        for n, k, d, s in zip(padded.shape[2:], w.shape[2:], dilations, strides, strict=True)
+    ]
+    m, per_group = w.shape[0], x.shape[1] // group
+    out = np.zeros((x.shape[0], m, *out_spatial))
+    outputs_per_group = m // group
+    for taps in itertools.product(*(range(k) for k in w.shape[2:])):
+        window = padded[
+            (
+                ...,
+                *(
+                    slice(t * d, t * d + (o - 1) * s + 1, s)
+                    for t, d, o, s in zip(taps, dilations, out_spatial, strides, strict=True)
+                ),
+            )
+        ]
+        for g in range(group):
+            inputs = window[:, g * per_group : (g + 1) * per_group]
+            weights = w64[
+                (slice(g * outputs_per_group, (g + 1) * outputs_per_group), slice(None), *taps)
+            ]
+            out[:, g * outputs_per_group : (g + 1) * outputs_per_group] += np.einsum(
+                "nc...,mc->nm...", inputs, weights
+            )
+    return out
+
+
+CASES = {
+    # name: x shape, w shape, strides, pads (begin + end), dilations, group
+    "1x1": ((2, 8, 5, 6), (6, 8, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1 grouped": ((1, 8, 5, 5), (4, 4, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 2),
+    "1x1 strided": ((1, 4, 7, 7), (3, 4, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    "1x1 padded": ((1, 4, 5, 5), (3, 4, 1, 1), (1, 1), (1, 0, 0, 1), (1, 1), 1),
+    "3x3 padded": ((2, 3, 9, 8), (5, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "strided": ((1, 4, 11, 10), (6, 4, 3, 3), (2, 3), (1, 0, 2, 1), (1, 1), 1),
+    "dilated": ((1, 3, 12, 12), (4, 3, 3, 2), (1, 1), (2, 1, 2, 1), (2, 3), 1),
+    "grouped": ((2, 6, 7, 7), (9, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    "depthwise": ((1, 5, 8, 8), (5, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
+    "depthwise strided": ((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),
+    "1-D": ((2, 3, 17), (4, 3, 5), (2,), (2, 1), (1,), 1),
+    "3-D": ((1, 2, 5, 6, 4), (3, 2, 3, 2, 2), (1, 2, 1), (1, 0, 1, 1, 1, 0), (1, 1, 2), 1),
+    "windows past the input": ((1, 2, 6, 6), (3, 2, 2, 2), (3, 3), (0, 0, 0, 0), (1, 1), 1),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("backend", ["numpy", "numpy-reference"])
+def test_conv_arrays_match_the_direct_sum(name: str, backend: str) -> None:
+    x_shape, w_shape, strides, pads, dilations, group = CASES[name]
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    expected = direct_conv(x, w, strides, pads, dilations, group)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    kernels = KernelPaths.get(backend)
+    rank = x.ndim - 2
+    kernels.conv_arrays(x, w, out, strides, pads[:rank], dilations, group)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    again = np.full_like(out, np.nan)
+    prepared = kernels.conv_weights(w, group)
+    kernels.conv_arrays(x, w, again, strides, pads[:rank], dilations, group, weights=prepared)
+    np.testing.assert_array_equal(again, out)
+
+
+def test_bands_of_output_rows_cover_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 4, 13, 11)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    kernels = KernelPaths.get("numpy")
+    monkeypatch.setattr(array_kernels, "_BAND_ELEMENTS", 4 * 9 * 11 * 3)  # three rows a band
+    banded = np.full((2, 6, 13, 11), np.nan, dtype=np.float32)
+    kernels.conv_arrays(x, w, banded, (1, 1), (1, 1), (1, 1), 1)
+    expected = direct_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_allclose(banded, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["1x1", "3x3 padded", "depthwise"])
+def test_float16_is_computed_in_float32_and_rounded_once(name: str) -> None:
+    x_shape, w_shape, strides, pads, dilations, group = CASES[name]
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(x_shape).astype(np.float16)
+    w = rng.standard_normal(w_shape).astype(np.float16)
+    expected = direct_conv(x, w, strides, pads, dilations, group)
+    out = np.empty(expected.shape, dtype=np.float16)
+    rank = x.ndim - 2
+    KernelPaths.get("numpy").conv_arrays(x, w, out, strides, pads[:rank], dilations, group)
+    # float32 sums of float16 products (exact in float32) differ from the float64 sum by far
+    # less than half a float16 ulp, so the result is the float64 sum rounded once, but for ties.
+    np.testing.assert_allclose(out, expected.astype(np.float16), rtol=2e-3, atol=2e-3)
+
+
+def _conv_model(weight_as_input: bool) -> Session:
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])]
+    initializers = [numpy_helper.from_array(b, "b")]
+    if weight_as_input:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 3, 3]))
+    else:
+        initializers.append(numpy_helper.from_array(w, "w"))
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])
+    graph = helper.make_graph([node], "conv", inputs, [y], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", 13)])
+    return Session(model_from_proto(model)), w, b
+
+
+def test_a_constant_weight_is_prepared_once_and_a_computed_one_every_run() -> None:
+    rng = np.random.default_rng(4)
+    constant, w, b = _conv_model(weight_as_input=False)
+    computed, _, _ = _conv_model(weight_as_input=True)
+    for _ in range(2):
+        x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+        other = rng.standard_normal(w.shape).astype(np.float32)
+        bias = b.reshape(-1, 1, 1)
+        (y,) = constant.run(None, {"x": x})
+        np.testing.assert_allclose(y, direct_conv(x, w, (1, 1), (1,) * 4, (1, 1), 1) + bias, 1e-5)
+        (y,) = computed.run(None, {"x": x, "w": other})
+        expected = direct_conv(x, other, (1, 1), (1,) * 4, (1, 1), 1) + bias
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
