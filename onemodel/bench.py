@@ -415,9 +415,12 @@ def _worker_rows(args, specs: list[str], threads: int) -> list[dict[str, Any]]:
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
-    from onemodel.bench_models import resolve
+    from onemodel.bench_models import missing_line, resolve
 
     models = resolve(args.models)  # raises ValueError early for a bad name
+    missing = missing_line() if "all" in args.models else None
+    if missing:
+        print(missing, file=sys.stderr)
     specs = [str(m.path) if m.name not in _set_names() else m.name for m in models]
     rows: list[dict[str, Any]] = []
     for threads in args.threads:
@@ -449,6 +452,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "threads": THREADS_NOTE if not args.in_process else "in-process: threads not set",
             "memory": MEMORY_NOTE,
             "ratios": "onemodel/onnxruntime and reference/onemodel: median over median",
+            "missing": missing,
         },
         "results": rows,
     }
@@ -575,6 +579,8 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path | None:
         f"- Memory: {report['notes']['memory']}.",
         "",
     ]
+    if report["notes"].get("missing"):
+        text[-1:-1] = [f"- Left out: {report['notes']['missing']}."]
     path.write_text("\n".join(text))
     return chart
 
@@ -644,6 +650,8 @@ def main_bench(args: argparse.Namespace) -> dict[str, Any]:
     report = run_bench(args)
     print(text_table(report))
     print(f"({report['notes']['threads']})")
+    if report["notes"]["missing"]:
+        print(report["notes"]["missing"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     if args.markdown:

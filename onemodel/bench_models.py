@@ -4,7 +4,10 @@ Nine "light" models ship inside the onnx package (`onnx/backend/test/data/light`
 architectures of the ONNX model zoo classics at full 1x3x224x224 size, with their weights
 replaced by small generated constants, so they carry real compute but no inputs file (the
 benchmark generates inputs from the declared types). Three small PyTorch exports live in
-`tests/models` with an `.inputs.npz` beside each.
+`tests/models` with an `.inputs.npz` beside each. The issue's named PyTorch set (a ResNet-18 at
+224x224, a BERT-style encoder at sequence 128, a GPT-2 block, an LSTM and a GRU) is too large to
+commit: `python tools/export_models.py --bench-set` writes it to `benchmarks/models/`, and the
+set includes each model found there; `missing_exports()` names the ones that are not.
 
 `iterations`/`warmup`, when set, cap the command's `--iterations`/`--warmup` for a model that
 is slow enough that a handful of runs already gives a stable median.
@@ -17,6 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_MODELS = REPO / "tests" / "models"
+BENCH_EXPORTS = REPO / "benchmarks" / "models"
+EXPORT_COMMAND = "python tools/export_models.py --bench-set"
 
 
 def light_directory() -> Path:
@@ -59,12 +64,42 @@ _TESTS = (
 )
 
 
-def bench_set() -> list[BenchModel]:
-    """The benchmark set, light models first."""
+_EXPORTS = (
+    ("resnet18_224", "PyTorch export: ResNet-18, 1x3x224x224", 10),
+    ("bert_seq128", "PyTorch export: BERT-style encoder, 4 layers x 512, sequence 128", 10),
+    ("gpt2_block", "PyTorch export: GPT-2 (124M) decoder block, sequence 128", 10),
+    ("lstm", "PyTorch export: 2-layer LSTM (hidden 256), sequence 64", None),
+    ("gru", "PyTorch export: 2-layer GRU (hidden 256), sequence 64", None),
+)
+
+
+def missing_exports(exports: Path = BENCH_EXPORTS) -> list[str]:
+    """Names of the exported benchmark-set models that are not (yet) in `exports`."""
+    return [name for name, _, _ in _EXPORTS if not (exports / f"{name}.onnx").is_file()]
+
+
+def missing_line(exports: Path = BENCH_EXPORTS) -> str | None:
+    """The line the bench prints when part of the set is missing, or None."""
+    missing = missing_exports(exports)
+    if not missing:
+        return None
+    return (
+        f"benchmark set: {', '.join(missing)} not found in {exports} and left out "
+        f"(export them with `{EXPORT_COMMAND}`; needs torch)"
+    )
+
+
+def bench_set(exports: Path = BENCH_EXPORTS) -> list[BenchModel]:
+    """The benchmark set: light models, the exports found in `exports`, the test models."""
     light = light_directory()
     models = [
         BenchModel(name, light / file, f"onnx light model: {text}", iterations=n, warmup=1)
         for name, file, text, n in _LIGHT
+    ]
+    models += [
+        BenchModel(name, exports / f"{name}.onnx", text, iterations=n, warmup=2 if n else None)
+        for name, text, n in _EXPORTS
+        if (exports / f"{name}.onnx").is_file()
     ]
     models += [BenchModel(name, TEST_MODELS / file, text) for name, file, text in _TESTS]
     return models

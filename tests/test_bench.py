@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from onemodel import bench, cli, runner
-from onemodel.bench_models import bench_set, resolve
+from onemodel.bench_models import bench_set, missing_exports, missing_line, resolve
 from onemodel.session import Session
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -87,8 +87,8 @@ def test_the_reference_time_cap_stops_after_one_run():
     assert row["ratios"]["reference/onemodel"] > 0
 
 
-def test_the_benchmark_set_lists_light_and_test_models():
-    models = bench_set()
+def test_the_benchmark_set_lists_light_and_test_models(tmp_path):
+    models = bench_set(exports=tmp_path)
     names = [m.name for m in models]
     assert len(models) == 12 and {"mlp", "cnn", "transformer", "vgg19"} <= set(names)
     assert all(m.path.is_file() for m in models)
@@ -97,6 +97,22 @@ def test_the_benchmark_set_lists_light_and_test_models():
     assert resolve(["mlp"])[0].inputs_path is not None
     with pytest.raises(ValueError, match="no model file"):
         resolve(["no-such-model"])
+
+
+def test_the_benchmark_set_takes_the_exports_found_and_names_the_missing(tmp_path):
+    assert set(missing_exports(tmp_path)) == {
+        "resnet18_224",
+        "bert_seq128",
+        "gpt2_block",
+        "lstm",
+        "gru",
+    }
+    assert "export_models.py --bench-set" in missing_line(tmp_path)
+    light = bench_set(exports=tmp_path)[0].path
+    (tmp_path / "lstm.onnx").write_bytes(light.read_bytes())
+    names = [m.name for m in bench_set(exports=tmp_path)]
+    assert "lstm" in names and "gru" not in names
+    assert "lstm" not in missing_exports(tmp_path) and "gru" in missing_line(tmp_path)
 
 
 def test_trace_events_have_the_chrome_format():
