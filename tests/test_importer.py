@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph import importer
 from onemodel.graph.importer import load_model, model_from_proto
 from onemodel.graph.ir import AttributeRef, Graph, Model, ValueType
 
@@ -378,6 +379,36 @@ def test_external_data_is_read_from_the_model_folder(tmp_path):
     np.testing.assert_array_equal(if_node.attributes["then_branch"].initializers["branch_w"], [4.0])
     assert if_node.attributes["then_branch"].outer_names == ("s",)
     assert protobuf_objects(model) == []
+
+
+@pytest.mark.parametrize("threshold", [1, 1 << 40])
+def test_loading_external_weights_reports_progress_past_a_size(tmp_path, monkeypatch, threshold):
+    """The bar counts every external byte read; below the size it is never shown."""
+    bars = []
+
+    class Recorder:
+        def __init__(self, **options):
+            self.options, self.done = options, 0
+            bars.append(self)
+
+        def update(self, count):
+            self.done += count
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(importer, "bar", Recorder)
+    monkeypatch.setattr(importer, "PROGRESS_MIN_BYTES", threshold)
+    path = save_with_external_data(external_data_model(), tmp_path)
+    load_model(path)
+    (recorder,) = bars
+    main_graph_bytes = np.arange(4, dtype=np.float64).nbytes  # the one main-graph initializer
+    assert recorder.options["total"] == main_graph_bytes
+    assert recorder.done >= main_graph_bytes  # nested graphs' and attributes' bytes count too
+    assert recorder.options["show"] is (None if threshold == 1 else False)
 
 
 def test_external_data_for_bytes_and_streams_needs_base_dir(tmp_path):

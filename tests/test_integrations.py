@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import onemodel
-from onemodel.integrations import batches, progress
+from onemodel import progress
+from onemodel.integrations import batches
 
 MODELS = Path(__file__).parent / "models"
 MLP = MODELS / "mlp.onnx"

@@ -36,6 +36,7 @@ from onemodel.graph.ir import (
     ValueType,
     canonical_domain,
 )
+from onemodel.progress import bar
 from onemodel.tensors.dtypes import numpy_dtype_for_onnx, onnx_name
 from onemodel.tensors.errors import UnsupportedDTypeError
 
@@ -61,6 +62,10 @@ _PACKED_BITS = {
 
 # Makes the error for one tensor from a message; external data checks take one.
 _Complaint: TypeAlias = Callable[[str], SessionError]
+
+# External weights from this size on show a progress bar while they load (on a terminal, and
+# where tqdm is installed).
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 
 # Separates a calling node's name from a function body's names when a call is inlined.
 _INLINE_SEPARATOR = "/"
@@ -134,8 +139,24 @@ def _import_model(
     if not proto.HasField("graph"):
         raise _invalid(f"{where} has no graph")
     opsets = _model_opsets(proto)
+    external = _external_bytes(proto.graph)
+    progress = bar(
+        total=external, description="loading weights", unit="B", unit_scale=True,
+        show=None if external >= PROGRESS_MIN_BYTES else False,
+    )  # fmt: skip
+    with progress:
+        return _import_graph(proto, opsets, base_dir, check, progress.update)
+
+
+def _import_graph(
+    proto: onnx.ModelProto,
+    opsets: dict[str, int],
+    base_dir: Path | None,
+    check: Callable[[str | None], None] | None,
+    loaded: Callable[[int], object],
+) -> Model:
     importer = _Importer(
-        tensors=_TensorReader(base_dir),
+        tensors=_TensorReader(base_dir, loaded),
         functions={_function_key(function): function for function in proto.functions},
         # Before IR version 4 every initializer had to be listed as an input, and such
         # listings are constants (as in onnxruntime), not inputs a caller may override.
@@ -154,6 +175,17 @@ def _import_model(
         graph_name=proto.graph.name,
         metadata={entry.key: entry.value for entry in proto.metadata_props},
     )
+
+
+def _external_bytes(graph: onnx.GraphProto) -> int:
+    """The bytes the main graph's initializers keep in external files, as their entries state
+    them (a bad entry counts as nothing here; reading it reports it)."""
+    total = 0
+    for tensor in graph.initializer:
+        if tensor.data_location == TensorProto.EXTERNAL:
+            length = next((e.value for e in tensor.external_data if e.key == "length"), "0")
+            total += int(length) if length.isdigit() else 0
+    return total
 
 
 def _model_opsets(proto: onnx.ModelProto) -> dict[str, int]:
@@ -182,9 +214,10 @@ class _TensorReader:
     files inside the model's folder, and checks offsets and lengths before reading anything.
     """
 
-    def __init__(self, base_dir: Path | None) -> None:
+    def __init__(self, base_dir: Path | None, loaded: Callable[[int], object]) -> None:
         self._base_dir = base_dir
         self._resolved_base = base_dir.resolve() if base_dir is not None else None
+        self._loaded = loaded  # told how many external bytes each read brought in
 
     def array(self, tensor: TensorProto, *, node: str | None = None) -> np.ndarray:
         if tensor.data_location == TensorProto.EXTERNAL:
@@ -253,6 +286,7 @@ class _TensorReader:
             data = file.read(needed)
         if len(data) != needed:
             raise invalid(f"external data file '{location}' changed while it was being read")
+        self._loaded(needed)
         loaded = TensorProto()
         loaded.CopyFrom(tensor)
         del loaded.external_data[:]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.arrays import output_converter
-from onemodel.integrations.progress import bar
+from onemodel.progress import bar
 from onemodel.session import Session
 
 

@@ -18,8 +18,8 @@ import numpy as np
 from dask.core import flatten
 
 from onemodel.integrations.batches import run_in_batches
-from onemodel.integrations.progress import bar
 from onemodel.integrations.sessions import cached_session, model_bytes
+from onemodel.progress import bar
 from onemodel.session import Session, SessionOptions
 from onemodel.tensors import numpy_dtype_for_onnx
 

@@ -35,6 +35,7 @@ def bar(
     description: str = "",
     unit: str = "it",
     show: bool | None = None,
+    unit_scale: bool = False,
 ) -> Any:
     """A tqdm bar over `iterable` (or updated by hand); `show` None: only when writing to a
     terminal (tqdm's own rule), True or False to force it."""
@@ -47,5 +48,6 @@ def bar(
         total=total,
         desc=description,
         unit=unit,
+        unit_scale=unit_scale,
         disable=None if show is None else not show,
     )
