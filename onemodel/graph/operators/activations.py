@@ -31,6 +31,8 @@ from onemodel.graph.operators.unary import (
     Formula,
     Ufunc,
     erfc,
+    float32_gelu,
+    widened,
 )
 from onemodel.tensors.shapes import element_count
 
@@ -148,7 +150,8 @@ class HardSwish(Formula):
 
 class Gelu(Formula):
     """approximate="none": x/2·(1 + erf(x/√2)), evaluated in float64 as x/2·erfc(-x/√2), which
-    keeps its relative accuracy for very negative x where 1 + erf cancels; "tanh": the tanh
+    keeps its relative accuracy for very negative x where 1 + erf cancels (narrower floats in
+    fast mode: `float32_gelu`, within a float32 ulp at a tenth of the cost); "tanh": the tanh
     approximation x/2·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x / (1 + exp(-2u)),
     which is the same function without that cancellation."""
 
@@ -158,6 +161,13 @@ class Gelu(Formula):
         if approximate not in ("none", "tanh"):
             raise node.invalid(f"Gelu needs approximate 'none' or 'tanh', got {approximate!r}")
         self.tanh = approximate == "tanh"
+
+    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
+        x = inputs[0]
+        if self.tanh or ctx.exact or x.dtype.itemsize == 8:
+            super().run(ctx, inputs, outputs)
+        else:
+            float32_gelu(ctx, widened(ctx.xp, x), outputs[0])
 
     def formula(self, xp: Any, x: Array) -> Array:
         if self.tanh:
