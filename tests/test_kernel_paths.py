@@ -21,11 +21,12 @@ def without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_names_are_the_static_table() -> None:
-    assert KernelPaths.names() == ["numpy-reference", "numpy", "cupy"]
+    assert KernelPaths.names() == ["numpy-reference", "numpy", "cupy", "checked-device"]
 
 
 def test_available_lists_the_cpu_paths_and_cupy_only_with_cuda() -> None:
-    expected = ["numpy-reference", "numpy", "cupy"] if CUPY_HERE else ["numpy-reference", "numpy"]
+    cpu = ["numpy-reference", "numpy"]
+    expected = [*cpu, "cupy", "checked-device"] if CUPY_HERE else [*cpu, "checked-device"]
     assert KernelPaths.available() == expected
 
 
@@ -40,7 +41,7 @@ def test_get_returns_one_shared_host_backend_per_name(name: str) -> None:
 
 
 def test_unknown_name_lists_the_known_paths() -> None:
-    with pytest.raises(ValueError, match=r"'tpu'.*'numpy-reference', 'numpy', 'cupy'"):
+    with pytest.raises(ValueError, match=r"'tpu'.*'numpy-reference', 'numpy', 'cupy', 'checked"):
         KernelPaths.get("tpu")
 
 
@@ -63,7 +64,7 @@ def test_missing_cupy_is_reported_not_raised_on_import() -> None:
         cupy_gpu.CupyKernels()
     with pytest.raises(BackendUnavailableError, match="ModuleNotFoundError"):
         KernelPaths.get("cupy")
-    assert KernelPaths.available() == ["numpy-reference", "numpy"]
+    assert KernelPaths.available() == ["numpy-reference", "numpy", "checked-device"]
     assert KernelPaths.best().name == "numpy"
 
 

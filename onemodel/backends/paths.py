@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from onemodel.backends import cupy_gpu
+from onemodel.backends import checked_device, cupy_gpu
 from onemodel.backends.errors import BackendUnavailableError
 from onemodel.backends.numpy_cpu import NumpyKernels, ReferenceKernels
 from onemodel.backends.protocol import Kernels
@@ -33,6 +33,8 @@ class KernelPaths:
         "numpy-reference": _KernelPath(ReferenceKernels, _always_available),
         "numpy": _KernelPath(NumpyKernels, _always_available),
         "cupy": _KernelPath(cupy_gpu.CupyKernels, cupy_gpu.unavailable_reason),
+        # Not a product backend: CuPy's rules on the CPU, for tests (never chosen by best()).
+        checked_device.NAME: _KernelPath(checked_device.CheckedDeviceKernels, _always_available),
     }
     _built: ClassVar[dict[str, Kernels]] = {}
 

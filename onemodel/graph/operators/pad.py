@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from onemodel.graph.operators.axes import (
     INDEX_TYPES,
     INT64_ONLY,
@@ -115,7 +113,7 @@ class PadOp(Operator):
     def fill_constant(self, inputs: Sequence[Array | None], out: Array) -> None:
         """The `value` attribute, else constant_value (absent or empty: 0, False)."""
         if self.pads_attribute is not None:
-            out.fill(np.asarray(self.value_attribute, dtype=out.dtype))
+            out.fill(out.dtype.type(self.value_attribute))  # a scalar: no host array
         elif len(inputs) > 2 and inputs[2] is not None and inputs[2].size == 1:
             out[...] = inputs[2].reshape(())
         else:

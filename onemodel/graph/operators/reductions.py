@@ -100,7 +100,8 @@ class Reduction(Operator):
         x = inputs[0]
         (out,) = outputs
         has_axes = self.axes_from_input and len(inputs) > 1 and inputs[1] is not None
-        given = self._given_axes(inputs[1].tolist() if has_axes else None)
+        # The axes are shape data: one host copy per run (a device-to-host sync on a GPU).
+        given = self._given_axes(ctx.kernels.memory.to_host(inputs[1]) if has_axes else None)
         axes = self._axes(given, x.ndim)
         xp = ctx.xp
         if axes is None:

@@ -1,0 +1,470 @@
+"""A stand-in device array library on the CPU: NumPy's arithmetic behind a wall, as CuPy's is.
+
+CI has no GPU, yet the shared kernels and the graph runtime must be written so they run on one.
+`DeviceArray` holds its values in a private NumPy array (the "device memory") and behaves as a
+CuPy array does where the difference matters, only stricter:
+
+- nothing turns it into a host NumPy array implicitly: `np.asarray(x)`, NumPy functions and
+  ufuncs called on it, the buffer protocol, `tolist()` and `float()/int()/bool()` of more than
+  one element raise TypeError;
+- namespace functions and operators refuse host NumPy arrays as operands (CuPy raises for
+  those too), though assignment into a device array and `asarray` upload them;
+- element types are CuPy's: no bfloat16, float8, int4 or strings;
+- every explicit device-to-host transfer (`asnumpy`, `.get()`, `.item()`, a 0-d array read
+  by `float()/int()/bool()` or as an index) is counted in `TRANSFERS`, with where it came from.
+
+`checked_xp` is the namespace (`ctx.xp` of the checked-device backend); it forwards to NumPy's
+functions of the same name, so it knows nothing NumPy does not and adds only the checks.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+# CuPy's element types: NumPy's numeric kinds (ml_dtypes' are kind "V"), no long doubles.
+DEVICE_KINDS = "biufc"
+_REFUSED_NAMES = frozenset({"float128", "longdouble", "clongdouble", "complex256", "object_"})
+# Functions that make a device array from host data, as cupy.asarray does: NumPy input allowed.
+_UPLOADS = frozenset({"array", "asarray", "asanyarray", "ascontiguousarray", "copyto"})
+# Functions of dtypes and shapes, answered on the host as CuPy answers them there.
+_HOST_ANSWERS = frozenset({
+    "dtype", "finfo", "iinfo", "result_type", "promote_types", "can_cast", "issubdtype",
+    "isdtype", "broadcast_shapes", "ndim", "shape", "size", "isscalar", "errstate",
+})  # fmt: skip
+# The ufuncs whose `at` CuPy implements (with its scatter kernels); others raise there.
+_SCATTER_UFUNCS = frozenset({"add", "subtract", "maximum", "minimum"})
+_SCATTER = ", ".join(sorted(_SCATTER_UFUNCS))
+# CuPy's submodules of NumPy's names (cupy.lib.stride_tricks.as_strided included).
+_SUBMODULES = frozenset({"linalg", "fft", "random", "lib", "stride_tricks"})
+
+
+def check_device_dtype(dtype: Any) -> np.dtype:
+    """The dtype, if the device library has it; TypeError (CuPy's answer) if not."""
+    dt = np.dtype(dtype)
+    if dt.kind not in DEVICE_KINDS or dt.itemsize > (16 if dt.kind == "c" else 8):
+        raise TypeError(f"the device library has no dtype {dt} (CuPy has none either)")
+    return dt
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One device-to-host copy: how it was asked for, how many bytes, and the caller's line."""
+
+    how: str
+    nbytes: int
+    origin: str
+
+
+@dataclass
+class Transfers:
+    """Device-to-host copies and host-to-device uploads, counted while `recording()`."""
+
+    to_host: list[Transfer] = field(default_factory=list)
+    to_device: int = 0
+    _depth: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def recording(self) -> Iterator[Transfers]:
+        """Start from empty lists and record until the block ends."""
+        with self._lock:
+            self.to_host.clear()
+            self.to_device = 0
+            self._depth += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._depth -= 1
+
+    def copied_to_host(self, how: str, nbytes: int) -> None:
+        if self._depth:
+            with self._lock:
+                self.to_host.append(Transfer(how, nbytes, _origin()))
+
+    def uploaded(self) -> None:
+        if self._depth:
+            with self._lock:
+                self.to_device += 1
+
+
+TRANSFERS = Transfers()
+
+
+def _origin() -> str:
+    """The innermost frame outside this module: the code that asked for the transfer."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if frame.filename != __file__:
+            return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+class _Pointer:
+    """What `cupy.ndarray.data` gives: `.ptr`, the address of the first element."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class DeviceArray:
+    """An array in the stand-in's device memory; see the module docstring for its rules."""
+
+    __slots__ = ("_host",)
+    __array_ufunc__ = None  # NumPy ufuncs refuse it; `ndarray + x` defers to x.__radd__
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, host: np.ndarray) -> None:
+        check_device_dtype(host.dtype)
+        self._host = host
+
+    # -- refusals: the implicit ways into host NumPy -------------------------------------
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError(
+            "implicit conversion of a device array to a NumPy array; "
+            "copy it with xp.asnumpy (memory.to_host) where host data is truly needed"
+        )
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        raise TypeError(
+            f"numpy.{func.__name__} called on a device array; operators compute through ctx.xp"
+        )
+
+    def tolist(self) -> list:
+        raise TypeError("tolist() of a device array; use xp.asnumpy(...) first if truly needed")
+
+    def __float__(self) -> float:
+        return float(self._scalar("float()"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int()"))
+
+    def __index__(self) -> int:
+        value = self._scalar("an index")
+        if self._host.dtype.kind not in "iub":
+            raise TypeError(f"a {self._host.dtype} array is not an index")
+        return int(value)
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool()"))
+
+    def _scalar(self, how: str) -> Any:
+        if self._host.ndim != 0:
+            raise TypeError(
+                f"{how} of a device array of shape {self._host.shape}; only 0-d arrays "
+                "convert to Python scalars (each one a device-to-host copy)"
+            )
+        TRANSFERS.copied_to_host(how, self._host.nbytes)
+        return self._host[()]
+
+    # -- explicit transfers -------------------------------------------------------------
+
+    def get(self) -> np.ndarray:
+        """A host copy (CuPy's spelling); counted."""
+        TRANSFERS.copied_to_host("get()", self._host.nbytes)
+        return self._host.copy()
+
+    def item(self, *args: Any) -> Any:
+        TRANSFERS.copied_to_host("item()", self._host.itemsize)
+        return self._host.item(*args)
+
+    # -- what a CuPy array offers --------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._host.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._host.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._host.ndim
+
+    @property
+    def size(self) -> int:
+        return self._host.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._host.nbytes
+
+    @property
+    def itemsize(self) -> int:
+        return self._host.itemsize
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self._host.strides
+
+    @property
+    def flags(self) -> Any:
+        return self._host.flags
+
+    @property
+    def data(self) -> _Pointer:
+        return _Pointer(self._host.ctypes.data)
+
+    @property
+    def T(self) -> DeviceArray:
+        return DeviceArray(self._host.T)
+
+    def view(self, dtype: Any = None) -> DeviceArray:
+        if dtype is None:
+            return DeviceArray(self._host.view())
+        return DeviceArray(self._host.view(check_device_dtype(dtype)))
+
+    def astype(self, dtype: Any, **kwargs: Any) -> DeviceArray:
+        result = self._host.astype(check_device_dtype(dtype), **kwargs)
+        return self if result is self._host else DeviceArray(result)
+
+    def __array_namespace__(self, api_version: str | None = None) -> Any:
+        return checked_xp
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in {"ctypes", "tobytes", "tofile", "base", "flat"}:
+            raise AttributeError(f"device arrays have no {name!r} the host could read")
+        attribute = getattr(self._host, name)
+        if callable(attribute):
+            return _forward(attribute, name)
+        return _wrap(attribute, {})
+
+    def __len__(self) -> int:
+        return len(self._host)
+
+    def __iter__(self) -> Iterator[DeviceArray]:
+        for index in range(len(self._host)):
+            yield self[index]
+
+    def __repr__(self) -> str:  # no values: printing them would be a transfer
+        return f"DeviceArray(shape={self._host.shape}, dtype={self._host.dtype})"
+
+    __str__ = __repr__
+
+    def __getitem__(self, key: Any) -> DeviceArray:
+        return _wrap(self._host[_unwrap(key, "indexing", host_ok=True)], {})
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, np.ndarray):
+            TRANSFERS.uploaded()
+        self._host[_unwrap(key, "indexing", host_ok=True)] = _unwrap(value, "assignment", True)
+
+    def __copy__(self) -> DeviceArray:
+        return DeviceArray(self._host.copy())
+
+    def __deepcopy__(self, memo: Any) -> DeviceArray:
+        return DeviceArray(self._host.copy())
+
+
+def _operator(function: Callable[[Any, Any], Any], name: str) -> Callable[..., Any]:
+    def method(self: DeviceArray, other: Any) -> Any:
+        return _wrap(function(self._host, _unwrap(other, name)), {})
+
+    method.__name__ = name
+    return method
+
+
+def _reflected(function: Callable[[Any, Any], Any], name: str) -> Callable[..., Any]:
+    def method(self: DeviceArray, other: Any) -> Any:
+        return _wrap(function(_unwrap(other, name), self._host), {})
+
+    method.__name__ = name
+    return method
+
+
+def _in_place(function: Callable[[Any, Any], Any], name: str) -> Callable[..., Any]:
+    def method(self: DeviceArray, other: Any) -> DeviceArray:
+        function(self._host, _unwrap(other, name))
+        return self
+
+    method.__name__ = name
+    return method
+
+
+def _unary(function: Callable[[Any], Any], name: str) -> Callable[..., Any]:
+    def method(self: DeviceArray) -> Any:
+        return _wrap(function(self._host), {})
+
+    method.__name__ = name
+    return method
+
+
+_BINARY = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+    "matmul": operator.matmul, "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+    "lshift": operator.lshift, "rshift": operator.rshift,
+}  # fmt: skip
+_IN_PLACE = {
+    "add": operator.iadd, "sub": operator.isub, "mul": operator.imul,
+    "truediv": operator.itruediv, "floordiv": operator.ifloordiv, "mod": operator.imod,
+    "pow": operator.ipow, "and": operator.iand, "or": operator.ior, "xor": operator.ixor,
+    "lshift": operator.ilshift, "rshift": operator.irshift,
+}  # fmt: skip
+_COMPARISONS = {
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge,
+}  # fmt: skip
+_UNARY = {"neg": operator.neg, "pos": operator.pos, "abs": operator.abs, "invert": operator.inv}
+
+for _name, _function in _BINARY.items():
+    setattr(DeviceArray, f"__{_name}__", _operator(_function, f"__{_name}__"))
+    setattr(DeviceArray, f"__r{_name}__", _reflected(_function, f"__r{_name}__"))
+for _name, _function in _IN_PLACE.items():
+    setattr(DeviceArray, f"__i{_name}__", _in_place(_function, f"__i{_name}__"))
+for _name, _function in _COMPARISONS.items():
+    setattr(DeviceArray, f"__{_name}__", _operator(_function, f"__{_name}__"))
+for _name, _function in _UNARY.items():
+    setattr(DeviceArray, f"__{_name}__", _unary(_function, f"__{_name}__"))
+
+
+def _unwrap(value: Any, what: str, host_ok: bool = False) -> Any:
+    """Device arrays as their private NumPy arrays, inside lists, tuples and dicts too; host
+    NumPy arrays refused unless `host_ok` (an upload)."""
+    if isinstance(value, DeviceArray):
+        return value._host
+    if isinstance(value, np.ndarray):
+        if not host_ok:
+            raise TypeError(
+                f"a host NumPy array {value.dtype}{list(value.shape)} given to {what} on the "
+                "device; upload it with xp.asarray first (CuPy refuses it too)"
+            )
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(item, what, host_ok) for item in value)
+    if isinstance(value, dict):
+        return {key: _unwrap(item, what, host_ok) for key, item in value.items()}
+    return value
+
+
+def _wrap(value: Any, given: dict[int, DeviceArray]) -> Any:
+    """NumPy results as device arrays (scalars as 0-d arrays, as CuPy's reductions give them);
+    a result that is an array passed in (`out=`) comes back as the caller's device array."""
+    if isinstance(value, np.ndarray):
+        known = given.get(id(value))
+        return known if known is not None else DeviceArray(value)
+    if isinstance(value, np.generic) and not isinstance(value, (np.str_, np.bytes_, np.void)):
+        return DeviceArray(np.asarray(value))
+    if isinstance(value, tuple):
+        return tuple(_wrap(item, given) for item in value)
+    if isinstance(value, list):
+        return [_wrap(item, given) for item in value]
+    return value
+
+
+def _given(args: Any, kwargs: dict[str, Any]) -> dict[int, DeviceArray]:
+    found: dict[int, DeviceArray] = {}
+    for value in (*args, *kwargs.values()):
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, DeviceArray):
+                found[id(item._host)] = item
+    return found
+
+
+def _check_dtype_argument(kwargs: dict[str, Any]) -> None:
+    dtype = kwargs.get("dtype")
+    if dtype is not None:
+        check_device_dtype(dtype)
+
+
+def _forward(function: Callable[..., Any], name: str, uploads: bool = False) -> Callable[..., Any]:
+    """`function` on the private arrays of its device arguments, results wrapped again."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _check_dtype_argument(kwargs)
+        if uploads and any(isinstance(a, np.ndarray) for a in (*args, *kwargs.values())):
+            TRANSFERS.uploaded()
+        given = _given(args, kwargs)
+        result = function(*_unwrap(args, name, uploads), **_unwrap(kwargs, name, uploads))
+        return _wrap(result, given)
+
+    call.__name__ = name
+    return call
+
+
+class _Namespace:
+    """NumPy's functions of the same names, behind the device wall."""
+
+    def __init__(self, numpy_module: ModuleType, name: str) -> None:
+        self._numpy = numpy_module
+        self.__name__ = name
+        self._cache: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<stand-in device namespace {self.__name__}>"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _REFUSED_NAMES:
+            raise AttributeError(f"{self.__name__} has no {name!r}")
+        cached = self._cache.get(name)
+        if cached is None:
+            cached = self._cache[name] = self._member(name)
+        return cached
+
+    def _member(self, name: str) -> Any:
+        attribute = getattr(self._numpy, name)
+        if isinstance(attribute, ModuleType):
+            if name not in _SUBMODULES:
+                raise AttributeError(f"{self.__name__} has no submodule {name!r}")
+            return _Namespace(attribute, f"{self.__name__}.{name}")
+        if isinstance(attribute, type) or not callable(attribute) or name in _HOST_ANSWERS:
+            return attribute  # dtypes, constants, and questions about dtypes and shapes
+        if isinstance(attribute, np.ufunc):
+            return _DeviceUfunc(attribute)
+        return _forward(attribute, name, uploads=name in _UPLOADS)
+
+
+class _DeviceUfunc:
+    """A ufunc whose `at` exists only where CuPy has a scatter kernel for it."""
+
+    def __init__(self, ufunc: np.ufunc) -> None:
+        self._ufunc = ufunc
+        self.__name__ = ufunc.__name__
+        self._call = _forward(ufunc, ufunc.__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "at" and self.__name__ not in _SCATTER_UFUNCS:
+            raise NotImplementedError(f"{self.__name__}.at: CuPy scatters only with {_SCATTER}")
+        attribute = getattr(self._ufunc, name)
+        return _forward(attribute, f"{self.__name__}.{name}") if callable(attribute) else attribute
+
+
+class CheckedNamespace(_Namespace):
+    """The top-level namespace: NumPy's, plus CuPy's `ndarray` and `asnumpy`."""
+
+    ndarray = DeviceArray
+    transfers = TRANSFERS
+
+    def __init__(self) -> None:
+        super().__init__(np, "checked_xp")
+
+    @staticmethod
+    def asnumpy(array: Any) -> np.ndarray:
+        """A host copy of a device array (a host array is returned as it is); counted."""
+        if isinstance(array, DeviceArray):
+            return array.get()
+        return np.asarray(array)
+
+    @staticmethod
+    def from_dlpack(value: Any) -> DeviceArray:
+        """Take another library's array (a host copy is uploaded)."""
+        TRANSFERS.uploaded()
+        return DeviceArray(np.from_dlpack(value).copy())
+
+
+checked_xp = CheckedNamespace()
