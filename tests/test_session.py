@@ -416,3 +416,15 @@ def test_exact_mode_writes_every_nan_as_0x7fc00000():
     assert np.isnan(fast[:3]).all()
     assert exact.view(np.uint32)[:3].tolist() == [0x7FC00000] * 3
     assert exact[3] == fast[3] == 0.5
+
+
+@pytest.mark.parametrize("extra", ["outputs", "inputs"])
+def test_more_inputs_or_outputs_than_the_schema_allows_is_an_invalid_model(extra):
+    """Found by tests/fuzzing.py (seed 31): a Relu with two outputs reached planning."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    inputs, outputs = (["x", "x"], ["y"]) if extra == "inputs" else (["x"], ["y", "spare"])
+    node = helper.make_node("Relu", inputs, outputs, name="act")
+    with pytest.raises(SessionError, match=f"has 2 {extra}") as error:
+        session_for(helper.make_model(helper.make_graph([node], "g", [x], [y])))
+    assert error.value.kind is ErrorKind.INVALID_MODEL and error.value.node == "act"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
@@ -135,6 +136,7 @@ class CompiledGraph:
                 if label not in missing:
                     missing.append(label)
                 continue
+            _check_arity(node, opset)
             captured = tuple(
                 dict.fromkeys(name for body in node.subgraphs() for name in body.outer_names)
             )
@@ -300,6 +302,25 @@ def _definitions(
                 node=node.name,
             )
         yield node, opset, optable.resolve(node.domain, node.op_type, opset)
+
+
+def _check_arity(node: ir.Node, opset: int) -> None:
+    """More inputs or outputs than ONNX's schema allows make the model invalid now, rather
+    than leave a value no kernel writes. Operators onnx has no schema for are not checked."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return
+    for kind, count, most in (
+        ("inputs", len(node.inputs), schema.max_input),
+        ("outputs", len(node.outputs), schema.max_output),
+    ):
+        if count > most:
+            raise SessionError(
+                ErrorKind.INVALID_MODEL,
+                f"{node.op_type} (opset {opset}) has {count} {kind}; ONNX defines at most {most}",
+                node=node.name,
+            )
 
 
 def _label(node: ir.Node, opset: int) -> str:
