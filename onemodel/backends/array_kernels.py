@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from onemodel.backends import exact_arrays
+from onemodel.backends.fp_errors import quiet
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
@@ -208,7 +209,7 @@ class ArrayKernels:
     def matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
         """out[..., m, n] = Σ_k a[..., m, k] · b[..., k, n], batch dims broadcast as NumPy does."""
         xp = self.xp
-        with np.errstate(all="ignore"):
+        with quiet():
             if NARROW_FLOATS.intersection((a.dtype, b.dtype, out.dtype)):
                 out[...] = xp.matmul(a.astype(xp.float32), b.astype(xp.float32))
             elif out.flags.c_contiguous and a.dtype == b.dtype == out.dtype:
@@ -273,7 +274,7 @@ class ArrayKernels:
             x = widened
         kernel, out_spatial = w.shape[2:], out.shape[2:]
         geometry = _ConvGeometry(kernel, out_spatial, strides, pads, dilations)
-        with np.errstate(all="ignore"):  # inf · 0 and overflow are results, as in `binary`
+        with quiet():  # inf · 0 and overflow are results, as in `binary`
             if geometry.pointwise and tuple(out_spatial) == tuple(x.shape[2:]):
                 batch, pixels = x.shape[0], _product(out_spatial)
                 self.matmul_arrays(
@@ -389,7 +390,7 @@ class ArrayKernels:
             )
         ]
         full = xp.zeros((batch, out_channels, *reach), dtype=compute)
-        with np.errstate(all="ignore"):
+        with quiet():
             for taps in itertools.product(*(range(k) for k in kernel)):
                 target = tuple(
                     slice(m + t * d, m + t * d + (n - 1) * s + 1, s)
@@ -461,7 +462,7 @@ class ArrayKernels:
         total = xp.zeros(out.shape, dtype=xp.float32) if narrow else out
         if not narrow:
             total[...] = 0
-        with np.errstate(all="ignore"):
+        with quiet():
             for source, target, _ in _tap_boxes(xp, axes):
                 total[target] += x[source]
         if narrow:

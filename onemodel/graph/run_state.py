@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onemodel.backends.fp_errors import run_scope
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.compiled import ABSENT
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
@@ -122,6 +123,17 @@ class RunState:
         """Run the plan; `outputs` may give arrays to write graph outputs into (by value id);
         `guard` (a RunGuard) is checked before every step; `trace` gets one record per executed
         step: (node name, op type, perf_counter start, seconds, input shapes or None)."""
+        with run_scope():
+            return self._run(inputs, outputs, profile, guard, trace)
+
+    def _run(
+        self,
+        inputs: Mapping[int, Any],
+        outputs: Mapping[int, Any] | None,
+        profile: dict[str, list[float]] | None,
+        guard: Any,
+        trace: list[tuple] | None,
+    ) -> list[Any]:
         plan = self.plan
         xp = plan.graph.kernels.xp
         exact = plan.graph.exact

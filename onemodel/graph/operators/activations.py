@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import numpy as np
-
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -217,7 +216,7 @@ class PRelu(Operator):
         per_channel = self._per_channel_shape(x.shape, slope.shape)
         if per_channel is not None:
             slope = slope.reshape(per_channel)
-        with np.errstate(all="ignore"):
+        with quiet():
             xp.copyto(outputs[0], xp.where(x < 0, x * slope, x))
 
     def _per_channel_shape(
@@ -266,7 +265,7 @@ class Clip(Operator):
         else:
             bounds = [*inputs[1:3], None, None][:2]
             low, high = (None if bound is None else bound.reshape(()) for bound in bounds)
-        with np.errstate(all="ignore"):
+        with quiet():
             if low is None:
                 xp.copyto(out, x)
             else:

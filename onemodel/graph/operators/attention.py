@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
@@ -572,7 +573,7 @@ class RMSNormalizationOp(Operator):
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32
         values = x.astype(compute)
         axes = tuple(range(self.axis % x.ndim, x.ndim))
-        with np.errstate(all="ignore"):
+        with quiet():
             mean_square = xp.mean(values * values, axis=axes, keepdims=True)
             values /= xp.sqrt(mean_square + compute(self.epsilon))
             values *= scale.astype(compute)
@@ -761,7 +762,7 @@ class SwiGLUOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         xp = ctx.xp
         gate, linear = widened(xp, inputs[0]), widened(xp, inputs[1])
-        with np.errstate(all="ignore"):
+        with quiet():
             outputs[0][...] = gate / (1.0 + xp.exp(-self.alpha * gate)) * linear
 
 

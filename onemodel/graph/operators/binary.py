@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -84,7 +85,7 @@ class ElementwiseBinary(Operator):
             b = b.reshape(self._legacy_shape_of_b(a.shape, b.shape))
         # Overflow, x/0 and friends have results ONNX or IEEE define; warnings would only make
         # the backends behave differently.
-        with np.errstate(all="ignore"):
+        with quiet():
             self.compute(ctx.xp, a, b, outputs[0])
 
     def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
@@ -355,7 +356,7 @@ class Variadic(Operator):
         xp, out = ctx.xp, outputs[0]
         fold = getattr(xp, self.ufunc)
         first, *rest = inputs
-        with np.errstate(all="ignore"):
+        with quiet():
             if not rest:
                 xp.copyto(out, first)
             elif len(rest) == 1:

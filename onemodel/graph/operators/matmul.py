@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -170,7 +171,7 @@ class GemmOp(MatrixProduct):
         xp = ctx.xp
         # Each scale is one float64 product rounded to the output type: exact for float32 and
         # double operands, and no pre-rounding of alpha for float16 (truncation for integers).
-        with np.errstate(all="ignore"):
+        with quiet():
             if self.alpha != 1.0:
                 xp.multiply(out, np.float64(self.alpha), out=out, casting="unsafe")
             if c is not None and self.beta != 0.0:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_axes
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -220,7 +221,7 @@ class LpPoolOp(WindowPool):
         compute = _compute_dtype(xp, out.dtype)
         powers = xp.abs(x.astype(compute))
         total = out if compute == out.dtype else xp.empty(out.shape, dtype=compute)
-        with np.errstate(all="ignore"):
+        with quiet():
             xp.power(powers, self.p, out=powers)
             ctx.kernels.sum_pool_arrays(powers, total, *self._kernel_args(x))
             xp.power(total, 1.0 / self.p, out=out, casting="unsafe")

@@ -20,8 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -211,7 +210,7 @@ class Recurrent(Operator):
         lengths = self._lengths(_optional(inputs, _LENGTHS), x.shape[0])
         y = self._time_major(outputs, 0, (1, 2, 0, 3))
         finals = [self._time_major(outputs, k, (1, 0, 2)) for k in range(1, 1 + self.states)]
-        with np.errstate(all="ignore"):
+        with quiet():
             for d in range(self.directions):
                 state = self._run_direction(xp, inputs, x, d, lengths, y)
                 for final, value in zip(finals, state, strict=True):

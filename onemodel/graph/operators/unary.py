@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -72,7 +72,7 @@ class ElementwiseUnary(Operator):
     def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
         # Overflow, log(0), 0/0 and friends have IEEE results that ONNX defines; warnings would
         # only make the backends behave differently.
-        with np.errstate(all="ignore"):
+        with quiet():
             if ctx.exact:
                 self.compute_exact(ctx.kernels, inputs[0], outputs[0])
             else:
@@ -382,15 +382,14 @@ def _horner(xp: Any, coefficients: tuple[float, ...], t: Array, out: Array) -> A
     return out
 
 
-def normal_tail(ctx: RunContext, v: Array) -> Array:
-    """Q(v) = P(Z > v) for a standard normal Z, as a new float64 scratch array, for a float64
-    array v ≥ 0 (NaN stays NaN; v is clamped at _TAIL_LIMIT, and clobbered)."""
-    xp = ctx.xp
+def normal_tail(xp: Any, v: Array, t: Array, tail: Array) -> Array:
+    """Q(v) = P(Z > v) for a standard normal Z into `tail`, for a float64 array v ≥ 0 (NaN
+    stays NaN; v is clamped at _TAIL_LIMIT, and clobbered; t is a work array like v)."""
     xp.minimum(v, _TAIL_LIMIT, out=v)
-    t = xp.multiply(v, _TAIL_SCALE, out=ctx.scratch(v.shape, xp.float64))
+    xp.multiply(v, _TAIL_SCALE, out=t)
     xp.add(t, 1.0, out=t)
     xp.divide(1.0, t, out=t)
-    tail = _horner(xp, _TAIL, t, ctx.scratch(v.shape, xp.float64))
+    _horner(xp, _TAIL, t, tail)
     xp.multiply(tail, t, out=tail)
     exponent = xp.multiply(v, -0.5, out=t)
     xp.multiply(exponent, v, out=exponent)
@@ -398,18 +397,18 @@ def normal_tail(ctx: RunContext, v: Array) -> Array:
     return xp.multiply(tail, exponent, out=tail)
 
 
-def _float64_copy(ctx: RunContext, x: Array) -> Array:
-    """x as float64 scratch: mixed-type ufunc calls are several times slower in NumPy than a
-    cast followed by same-type ones."""
-    wide = ctx.scratch(x.shape, ctx.xp.float64)
-    ctx.xp.copyto(wide, x)
-    return wide
+def _work(ctx: RunContext, x: Array, count: int) -> tuple[Array, ...]:
+    """`count` float64 work arrays of x's shape from one scratch request (each request costs
+    more than a ufunc call on a small array), the first holding x: mixed-type ufunc calls are
+    several times slower in NumPy than a cast followed by same-type ones."""
+    work = tuple(ctx.scratch((count, *x.shape), ctx.xp.float64))
+    ctx.xp.copyto(work[0], x)
+    return work
 
 
-def _indicator(ctx: RunContext, compare: Any, x: Array, bound: float) -> Array:
+def _indicator(compare: Any, x: Array, bound: float, out: Array) -> Array:
     """compare(x, bound) as float64 zeros and ones: selecting by multiplying with these is
     several times faster in NumPy than a masked copy or `where` on a mask without a pattern."""
-    out = ctx.scratch(x.shape, ctx.xp.float64)
     return compare(x, bound, out=out, casting="unsafe")
 
 
@@ -418,17 +417,16 @@ def float32_erf(ctx: RunContext, x: Array, out: Array) -> None:
     ulp: x·S(x²) near 0, sign(x)·(1 - 2·Q(|x|·√2)) beyond. Both are computed everywhere on
     clamped arguments (so both are finite) and blended by 0/1 weights."""
     xp = ctx.xp
-    wide = _float64_copy(ctx, x)
-    v = xp.absolute(wide, out=ctx.scratch(x.shape, xp.float64))
-    near = _indicator(ctx, xp.less, v, _SERIES_LIMIT)
-    far = _indicator(ctx, xp.greater_equal, v, _SERIES_LIMIT)
-    clamped = xp.clip(wide, -_SERIES_LIMIT, _SERIES_LIMIT, out=ctx.scratch(x.shape, xp.float64))
-    square = xp.multiply(clamped, clamped, out=ctx.scratch(x.shape, xp.float64))
-    series = _horner(xp, _SERIES, square, ctx.scratch(x.shape, xp.float64))
+    wide, v, weight, clamped, series, t, result = _work(ctx, x, 7)
+    xp.absolute(wide, out=v)
+    xp.clip(wide, -_SERIES_LIMIT, _SERIES_LIMIT, out=clamped)
+    xp.multiply(clamped, clamped, out=t)
+    _horner(xp, _SERIES, t, series)
     xp.multiply(series, clamped, out=series)
-    xp.multiply(series, near, out=series)
+    xp.multiply(series, _indicator(xp.less, v, _SERIES_LIMIT, weight), out=series)
+    far = _indicator(xp.greater_equal, v, _SERIES_LIMIT, weight)
     xp.multiply(v, math.sqrt(2.0), out=v)
-    result = normal_tail(ctx, v)
+    normal_tail(xp, v, t, result)
     xp.multiply(result, -2.0, out=result)
     xp.add(result, 1.0, out=result)
     xp.copysign(result, wide, out=result)
@@ -442,9 +440,9 @@ def float32_gelu(ctx: RunContext, x: Array, out: Array) -> None:
     float32 ulp: Φ(x) is Q(|x|) for x < 0, which keeps the negative tail's relative accuracy,
     and 1 - Q(x) beyond, both as |[x ≥ 0] - Q(|x|)|. ±inf give ±inf, as the float64 path."""
     xp = ctx.xp
-    wide = _float64_copy(ctx, x)
-    phi = _indicator(ctx, xp.greater_equal, x, 0.0)
-    tail = normal_tail(ctx, xp.absolute(wide, out=ctx.scratch(x.shape, xp.float64)))
+    wide, phi, v, t, tail = _work(ctx, x, 5)
+    _indicator(xp.greater_equal, wide, 0.0, phi)
+    normal_tail(xp, xp.absolute(wide, out=v), t, tail)
     xp.subtract(phi, tail, out=phi)
     xp.absolute(phi, out=phi)
     xp.multiply(wide, phi, out=wide)

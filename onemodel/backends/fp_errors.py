@@ -1,0 +1,40 @@
+"""NumPy's floating-point warnings, switched off once per run rather than once per operator.
+
+ONNX defines the inf and NaN results of overflow, log(0), 0/0 and friends, so operators ignore
+NumPy's floating-point errors. Entering np.errstate costs about a microsecond, which is a tenth
+of a small model's per-step time; the run loop enters it once (`run_scope`) and operators use
+`quiet()`, which is a no-op inside a run and np.errstate elsewhere (plan-time evaluation,
+constant folding, direct calls in tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+_state = threading.local()
+_NOTHING = contextlib.nullcontext()
+
+
+def quiet() -> Any:
+    """A context in which NumPy's floating-point errors are ignored."""
+    if getattr(_state, "in_run", False):
+        return _NOTHING
+    return np.errstate(all="ignore")
+
+
+@contextlib.contextmanager
+def run_scope() -> Iterator[None]:
+    """Ignore NumPy's floating-point errors for a whole run on this thread (runs nest: Loop and
+    Scan bodies run inside their parent's run)."""
+    outer = getattr(_state, "in_run", False)
+    _state.in_run = True
+    try:
+        with np.errstate(all="ignore"):
+            yield
+    finally:
+        _state.in_run = outer
