@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_kernels import ArrayKernels
+from onemodel.backends.cupy_gpu.elementwise import ElementwiseSource, generated_tail
 from onemodel.backends.errors import BackendUnavailableError
 from onemodel.tensors import DType, Memory
 from onemodel.tensors.buffers import ALIGNMENT
@@ -70,3 +71,23 @@ class CupyKernels(ArrayKernels):
 
     def __init__(self) -> None:
         super().__init__(device_memory(), name="cupy")
+        self._kernels: dict[ElementwiseSource, Any] = {}
+
+    # The element-wise tail of a Fused step as one generated kernel (Fused calls both).
+    elementwise_tail = staticmethod(generated_tail)
+
+    def run_elementwise_chain(
+        self, source: ElementwiseSource, x: Any, operands: list[Any], out: Any
+    ) -> None:
+        """out = the generated chain over x and the operands (broadcast), in one launch; each
+        source is compiled once (CuPy also caches the binary on disk)."""
+        kernel = self._kernels.get(source)
+        if kernel is None:
+            import cupy
+
+            kernel = cupy.ElementwiseKernel(
+                source.in_params, source.out_params, source.operation, source.name,
+                options=source.options,
+            )  # fmt: skip
+            kernel = self._kernels.setdefault(source, kernel)
+        kernel(x, *operands, out)

@@ -57,6 +57,7 @@ class Fused(Operator):
         # Specs of the intermediate results by input signature, filled by `infer` (plan time)
         # so that `run` decides where each result goes without shape arithmetic.
         self._specs: dict[tuple, tuple[TensorSpec, ...]] = {}
+        self._tails: dict[tuple, Any] = {}  # (exact, dtype) -> generated tail or None
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         previous: TensorSpec | None = None
@@ -86,15 +87,32 @@ class Fused(Operator):
         if specs is None:  # a run whose plan was made by another signature's infer
             self.infer(_context_of(self.node, inputs))
             specs = self._specs[_signature_of_arrays(inputs)]
+        tail = self._generated_tail(ctx, out.dtype)
+        stop = len(self.members) - (0 if tail is None else len(tail.members))
         previous = None
         last = len(self.members) - 1
-        for index, (member, spec) in enumerate(zip(self.members, specs, strict=True)):
+        for index, (member, spec) in enumerate(zip(self.members[:stop], specs, strict=False)):
             if index == last or (spec.shape == out.shape and spec.numpy_dtype == out.dtype):
                 target = out
             else:
                 target = ctx.scratch(spec.shape, spec.numpy_dtype)
             member.operator.run(ctx, member.inputs(inputs, previous), [target])
             previous = target
+        if tail is not None:
+            operands = [inputs[i] for i in tail.source.operands]
+            ctx.kernels.run_elementwise_chain(tail.source, previous, operands, out)
+
+    def _generated_tail(self, ctx: RunContext, dtype: Any) -> Any:
+        """The element-wise tail as one generated kernel, on a backend that generates them
+        (CuPy: onemodel/backends/cupy_gpu/elementwise.py); None elsewhere."""
+        plan_tail = getattr(ctx.kernels, "elementwise_tail", None)
+        if plan_tail is None:
+            return None
+        key = (ctx.exact, dtype)
+        if key not in self._tails:
+            chain = [(m.operator.node.op_type, m.sources) for m in self.members]
+            self._tails[key] = plan_tail(chain, dtype, ctx.exact)
+        return self._tails[key]
 
 
 def _signature(specs: Sequence[TensorSpec | None]) -> tuple:
