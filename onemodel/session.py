@@ -24,13 +24,14 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
+from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.passes.base import OptimizationLevel
 from onemodel.graph.passes.export import optimized_model
 from onemodel.graph.plan import ExecutionPlan, signature_of
 from onemodel.graph.weights import WeightStorage
 from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
-from onemodel.tensors.shapes import check_shape
+from onemodel.tensors.shapes import MAX_BYTES, MAX_RANK, check_shape
 
 
 class ExecutionMode(enum.Enum):
@@ -115,6 +116,7 @@ class Session:
             meta.name for meta, value_id in zip(self.inputs, self._graph.input_ids, strict=True)
             if value_id not in self._graph.defaults
         }  # fmt: skip
+        self._plain = _plain_inputs(self.inputs, self._graph.input_ids)
 
     @classmethod
     def load(
@@ -271,6 +273,10 @@ class Session:
 
     def _inputs(self, feeds: Mapping[str, Any]) -> tuple[tuple, dict[int, Any]]:
         """Validate and convert the caller's inputs before anything runs."""
+        if self._plain is not None and len(feeds) == len(self._plain):
+            taken = self._plain_feeds(feeds)
+            if taken is not None:
+                return taken
         known = {meta.name: meta for meta in self.inputs}
         for name in feeds:
             if name not in known:
@@ -293,6 +299,29 @@ class Session:
                 continue
             value = self._value(meta, feeds[meta.name])
             signature.append(signature_of(value))
+            arrays[value_id] = value
+        return tuple(signature), arrays
+
+    def _plain_feeds(self, feeds: Mapping[str, Any]) -> tuple[tuple, dict[int, Any]] | None:
+        """The common case without conversions: every input given as a C-contiguous backend
+        array of its declared type, fixed extents as declared, not empty (an empty array may
+        hide a shape whose prefix products overflow). None: anything else, for `_inputs`'s
+        full checks and their messages."""
+        ndarray = self.kernels.xp.ndarray
+        signature, arrays = [], {}
+        for name, value_id, code, dtype, dims in self._plain:
+            value = feeds.get(name)
+            if type(value) is not ndarray or value.dtype != dtype or not value.flags.c_contiguous:
+                return None
+            shape = value.shape
+            if not 0 < value.nbytes <= MAX_BYTES or len(shape) > MAX_RANK:
+                return None
+            if dims is not None and (
+                len(shape) != len(dims)
+                or any(d is not None and d != n for d, n in zip(dims, shape, strict=True))
+            ):
+                return None
+            signature.append(TensorSpec(code, shape))
             arrays[value_id] = value
         return tuple(signature), arrays
 
@@ -411,6 +440,26 @@ def _check_dims(meta: ValueMeta, shape: tuple[int, ...]) -> None:
                 f"{list(shape)}",
                 value=meta.name,
             )
+
+
+def _plain_inputs(metas: Sequence[ValueMeta], value_ids: Sequence[int]) -> tuple | None:
+    """Per input (name, value id, ONNX type, NumPy dtype, fixed extents or None for symbolic
+    ones) when every input is a tensor of a numeric type, for `Session._plain_feeds`."""
+    plain = []
+    for meta, value_id in zip(metas, value_ids, strict=True):
+        code = meta.elem_type
+        if meta.kind != "tensor" or code is None:
+            return None
+        dtype = np.dtype(numpy_dtype_for_onnx(code))
+        if dtype.kind == "O" or onnx_code_for_numpy(dtype) != code:
+            return None
+        dims = (
+            None
+            if meta.dims is None
+            else tuple(d if isinstance(d, int) else None for d in meta.dims)
+        )
+        plain.append((meta.name, value_id, code, dtype, dims))
+    return tuple(plain)
 
 
 def _dims_text(dims: Sequence[ir.Dim]) -> str:

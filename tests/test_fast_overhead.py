@@ -8,9 +8,10 @@ import threading
 import warnings
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
-from onemodel import Session
+from onemodel import ErrorKind, Session, SessionError
 from onemodel.backends.fp_errors import quiet, run_scope
 from onemodel.graph.importer import model_from_proto
 
@@ -78,3 +79,40 @@ def test_a_run_on_one_thread_does_not_silence_another() -> None:
     leave.set()
     worker.join()
     assert seen == ["raise", "ignore"]
+
+
+def _two_input_model() -> object:
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"])]
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "add", [a, b], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", 13)])
+
+
+def test_plain_inputs_skip_conversion_and_anything_else_gets_the_full_checks(monkeypatch) -> None:
+    session = Session(model_from_proto(_two_input_model()))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 3)).astype(np.float32)
+    strided = np.asfortranarray(rng.standard_normal((3, 4)).astype(np.float32)).T
+    (slow,) = session.run(None, {"a": strided, "b": b})
+    np.testing.assert_array_equal(slow, strided + b)
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a plain input went through the conversions")
+
+    monkeypatch.setattr(Session, "_converted", refuse)
+    (fast,) = session.run(None, {"a": a, "b": b})
+    np.testing.assert_array_equal(fast, a + b)
+    monkeypatch.undo()
+    bad = {
+        "a wrong fixed extent": {"a": a, "b": np.zeros((1, 4), np.float32)},
+        "a wrong rank": {"a": a[0], "b": b},
+        "a wrong type": {"a": a.astype(np.float64), "b": b},
+        "an unknown name": {"a": a, "c": b},
+    }
+    for why, feeds in bad.items():
+        with pytest.raises(SessionError) as caught:
+            session.run(None, feeds)
+        assert caught.value.kind is ErrorKind.INVALID_INPUT, why

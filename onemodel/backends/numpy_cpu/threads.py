@@ -11,6 +11,7 @@ or column: BLAS gemv and dot) may split that sum, so `single_threaded` runs them
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from contextlib import contextmanager
 from typing import Any
 
 
+@functools.cache
 def all_cores() -> int:
-    """The cores this process may run on (what intra_op_threads = 0 asks for)."""
+    """The cores this process may run on (what intra_op_threads = 0 asks for), looked up once:
+    the affinity call costs microseconds, and every run asks."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
