@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU checks of the CuPy backend in one run, sized for under 8 minutes on one GPU
+# (docs/gpu.md): the gpu-marked tests, the ONNX conformance suite with the CuPy adapter (pass
+# counts by kind), the exact golden files on cupy, and `onemodel bench` on the GPU.
+# Each step has its own time limit and the script goes on after a failure or a timeout, so a
+# slow step never costs the others; logs go to $OUT (default /tmp/gpu_check).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit, keep the log, show its tail
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    echo "== $name (limit ${limit}s): $*"
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "   rc=$rc ($([ $rc -eq 124 ] && echo 'timed out, ')$((SECONDS - start))s), log $OUT/$name.log"
+    tail -n "${TAIL:-15}" "$OUT/$name.log" | sed 's/^/   | /'
+}
+
+counts() {  # pass counts by suite kind from a verbose pytest log, complete or cut short
+    awk '/test_conformance.py::/ && / (PASSED|FAILED|XFAIL|SKIPPED)/ {
+        split($1, id, "::"); kind = id[2]; sub(/OnnxBackend/, "", kind); sub(/Test$/, "", kind)
+        for (i = 2; i <= NF; i++) if ($i ~ /^(PASSED|FAILED|XFAIL|SKIPPED)$/) n[kind " " $i]++
+    } END { for (k in n) printf "   %-32s %5d\n", k, n[k] }' "$1" | sort
+}
+
+echo "== machine"
+pip install --no-deps -q -e . 2>&1 | tail -n 2
+python - <<'EOF'
+import cupy
+from onemodel.backends import KernelPaths
+properties = cupy.cuda.runtime.getDeviceProperties(0)
+print("   cupy", cupy.__version__, "| device:", properties["name"].decode(),
+      "| best backend:", KernelPaths.best().name)
+EOF
+
+step gpu-tests 120 python -m pytest -q -m gpu -p no:cacheprovider tests
+step exact-golden 60 python -m pytest -q -p no:cacheprovider tests/test_exact_golden.py -k cupy
+TAIL=40 step conformance-cuda 240 python -m pytest -v -rf -p no:cacheprovider \
+    tests/test_conformance.py -k _cuda
+echo "   counts by kind (also when cut short):"
+counts "$OUT/conformance-cuda.log"
+step bench 60 python -m onemodel.cli bench tests/models/cnn.onnx tests/models/transformer.onnx \
+    --in-process --vs "" --iterations 20 --warmup 3 --json "$OUT/bench.json"
+echo "== done in ${SECONDS}s; logs in $OUT"
