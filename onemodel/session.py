@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,12 @@ import onnx
 
 from onemodel.arrays import OutputsAs, from_other_library, output_converter
 from onemodel.backends import BackendUnavailableError, KernelPaths
+from onemodel.backends.paths import lacking_types
 from onemodel.cancellation import CancellationToken, RunGuard
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
+from onemodel.graph.element_types import element_types
 from onemodel.graph.executor import GraphExecutor
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
@@ -91,7 +94,7 @@ class Session:
                 f"the model imports opset {default_opset} of the default domain; this onnx "
                 f"({onnx.__version__}) defines 1..{onnx.defs.onnx_opset_version()}",
             )
-        self.kernels = _kernels(options.backend)
+        self.kernels = _kernels(options.backend, model)
         self.model_info = model
         checked = checked_by_default() if options.checked is None else options.checked
         self._graph = CompiledGraph(
@@ -466,10 +469,22 @@ def _dims_text(dims: Sequence[ir.Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _kernels(name: str | None) -> Any:
-    if name is None:
-        return KernelPaths.best()
+def _kernels(name: str | None, model: ir.Model) -> Any:
+    """The named backend, or the best one that holds every element type the model uses: a
+    GPU backend lacking one (CuPy has no bfloat16, float8, 4-bit or string arrays) gives way to
+    NumPy with a warning, or is refused when it was asked for by name."""
     try:
-        return KernelPaths.get(name)
+        kernels = KernelPaths.best() if name is None else KernelPaths.get(name)
     except (BackendUnavailableError, ValueError) as error:
         raise SessionError(ErrorKind.UNSUPPORTED, str(error)) from None
+    lacking = lacking_types(kernels, element_types(model))
+    if not lacking:
+        return kernels
+    described = ", ".join(
+        f"{onnx_name(code)} (used by '{where}')" for code, where in lacking.items()
+    )
+    message = f"the {kernels.name} backend has no arrays of {described}"
+    if name is not None:
+        raise SessionError(ErrorKind.UNSUPPORTED, f"{message}; the numpy backend runs this model")
+    warnings.warn(f"{message}; running on numpy instead", RuntimeWarning, stacklevel=4)
+    return KernelPaths.get("numpy")

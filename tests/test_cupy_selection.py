@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -119,3 +120,34 @@ def test_onemodel_run_refuses_a_forced_gpu_it_cannot_reach(fake_cupy, capsys) ->
     fake_cupy(0)
     assert cli.main(["run", str(MODEL), "--backend", "cupy"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def _bfloat16_round_trip() -> bytes:
+    """x -> Cast(bfloat16) -> Cast(float): a model CuPy cannot hold the middle value of."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["half"], to=TensorProto.BFLOAT16, name="narrow"),
+        helper.make_node("Cast", ["half"], ["y"], to=TensorProto.FLOAT, name="widen"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y])).SerializeToString()
+
+
+def test_a_model_using_a_type_cupy_lacks_runs_on_numpy_with_a_warning(fake_cupy) -> None:
+    fake_cupy(1)
+    with pytest.warns(RuntimeWarning, match="no arrays of BFLOAT16 .used by 'narrow'"):
+        session = Session.load(_bfloat16_round_trip())
+    assert session.backend == "numpy"
+    x = np.array([1.0, 1.00390625, 3.0], np.float32)  # the middle one is a bfloat16 tie
+    expected = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)
+
+
+@pytest.mark.parametrize("backend", ["cupy", "checked-device"])
+def test_forcing_a_backend_that_lacks_a_type_is_refused_before_running(fake_cupy, backend) -> None:
+    fake_cupy(1)
+    with pytest.raises(SessionError, match="no arrays of BFLOAT16") as error:
+        Session.load(_bfloat16_round_trip(), SessionOptions(backend=backend))
+    assert error.value.kind is ErrorKind.UNSUPPORTED

@@ -14,6 +14,7 @@ from onemodel.backends import checked_device, cupy_gpu
 from onemodel.backends.errors import BackendUnavailableError
 from onemodel.backends.numpy_cpu import NumpyKernels, ReferenceKernels
 from onemodel.backends.protocol import Kernels
+from onemodel.tensors import numpy_dtype_for_onnx
 
 
 def _always_available() -> str | None:
@@ -75,3 +76,22 @@ class KernelPaths:
             return cls.get("cupy")
         except BackendUnavailableError:
             return cls.get("numpy")
+
+
+def lacking_types(kernels: Kernels, uses: dict[int, str]) -> dict[int, str]:
+    """The element types among `uses` (code -> where used) that `kernels` cannot hold as arrays
+    of their own (CuPy: bfloat16, float8, 4-bit and string types), so operators could not
+    compute on them there. Codes with no NumPy dtype at all are left to the model's checks."""
+    lacking = {}
+    for code, where in uses.items():
+        try:
+            dtype = numpy_dtype_for_onnx(code)
+        except Exception:  # not a type any backend holds: the importer or planner reports it
+            continue
+        try:
+            held = kernels.xp.empty(0, dtype=dtype).dtype == dtype
+        except Exception:  # the backend's library refuses the dtype
+            held = False
+        if not held:
+            lacking[code] = where
+    return lacking
