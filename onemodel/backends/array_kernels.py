@@ -411,6 +411,7 @@ class ArrayKernels:
         pads: Sequence[int],
         dilations: Sequence[int],
         indices: Any | None = None,
+        scratch: Scratch | None = None,
     ) -> None:
         """Max of each window of x (N, C, *S) into out (N, C, *O), N-D, with the rules of
         `max_pool2d`: padding never takes part (every window must hold a real position), the
@@ -418,29 +419,29 @@ class ArrayKernels:
 
         Window o holds positions o·stride − pad + k·dilation (`pads` are the leading pads).
         `indices` (int64), when given, receive the row-major position of each winner in its
-        (n, c) plane. Every window starts at the lowest value reported at its first real
-        position, then one whole-array compare (or, without indices, maximum) per offset.
+        (n, c) plane: every window starts at the lowest value reported at its first real
+        position, then one whole-array compare per offset. Without indices, one spatial axis
+        at a time, last first (`_pool_separably`).
         """
         xp = self.xp
         axes = window_axes(x.shape[2:], out.shape[2:], kernel, strides, pads, dilations)
         floating = out.dtype.kind not in "iub"
-        out[...] = -xp.inf if floating else np.iinfo(out.dtype).min
-        if indices is not None:
-            indices[...] = _plane_positions(xp, axes, [axis.first_real() for axis in axes])
+        lowest = -xp.inf if floating else np.iinfo(out.dtype).min
+        if indices is None:
+            # maximum keeps its first operand's NaN, so the first NaN still wins; only which
+            # zero a tie of −0 and +0 reports may differ from the strict rule.
+            self._pool_separably(x, out, axes, xp.maximum, lowest, scratch)
+            return
+        out[...] = lowest
+        indices[...] = _plane_positions(xp, axes, [axis.first_real() for axis in axes])
         for source, target, positions in _tap_boxes(xp, axes):
             values, best = x[source], out[target]
-            if indices is None:
-                # maximum keeps its first operand's NaN, so the first NaN still wins; only
-                # which zero a tie of −0 and +0 reports may differ from the strict rule.
-                xp.maximum(best, values, out=best)
-                continue
             take = values > best
             if floating:
                 take |= xp.isnan(values) & ~xp.isnan(best)
             xp.copyto(best, values, where=take)
-            if indices is not None:
-                found = _plane_positions(xp, axes, positions)
-                xp.copyto(indices[target], found, where=take)
+            found = _plane_positions(xp, axes, positions)
+            xp.copyto(indices[target], found, where=take)
 
     def sum_pool_arrays(
         self,
@@ -450,23 +451,64 @@ class ArrayKernels:
         strides: Sequence[int],
         pads: Sequence[int],
         dilations: Sequence[int],
+        scratch: Scratch | None = None,
     ) -> None:
         """Sum of the real positions of each window of x (N, C, *S) into out (N, C, *O).
 
         Window placement as in `max_pool_arrays`; padding adds nothing. Average and Lp pooling
-        divide or take roots afterwards. One whole-array add per kernel offset.
+        divide or take roots afterwards. One spatial axis at a time (`_pool_separably`), so
+        the sums run in that order rather than row-major.
         """
         xp = self.xp
         axes = window_axes(x.shape[2:], out.shape[2:], kernel, strides, pads, dilations)
         narrow = out.dtype in NARROW_FLOATS
-        total = xp.zeros(out.shape, dtype=xp.float32) if narrow else out
-        if not narrow:
-            total[...] = 0
+        total = xp.empty(out.shape, dtype=xp.float32) if narrow else out
         with quiet():
-            for source, target, _ in _tap_boxes(xp, axes):
-                total[target] += x[source]
+            self._pool_separably(x, total, axes, xp.add, 0, scratch)
         if narrow:
             out[...] = total
+
+    def _pool_separably(
+        self,
+        x: Any,
+        out: Any,
+        axes: Sequence[WindowAxis],
+        combine: Any,
+        identity: Any,
+        scratch: Scratch | None,
+    ) -> None:
+        """A window reduction that is one along each axis in turn (max, sum): a k×k window
+        costs 2k whole-array passes instead of k², last axis first so that, for max, the first
+        NaN in row-major window order still wins. Intermediates go to `scratch` when given."""
+        xp = self.xp
+        allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
+        pooled = [i for i, axis in enumerate(axes) if not _identity_axis(axis)]
+        current = x
+        for i in reversed(pooled):
+            shape = (*current.shape[: 2 + i], axes[i].extent, *current.shape[3 + i :])
+            target = out if i == pooled[0] else allocate(shape, out.dtype)
+            one = [_pass_through(n) for n in current.shape[2:]]
+            one[i] = axes[i]
+            self._pool_taps(current, target, one, combine, identity)
+            current = target
+        if current is x:
+            out[...] = x
+
+    @staticmethod
+    def _pool_taps(
+        x: Any, out: Any, axes: Sequence[WindowAxis], combine: Any, identity: Any
+    ) -> None:
+        """out = combine over taps of x's windows; the first tap is copied when it covers every
+        window (one pass fewer than filling with the identity first)."""
+        first = True
+        for _, source, target in _window_taps(axes):
+            if first and target[1:] == tuple(slice(0, n) for n in out.shape[2:]):
+                out[...] = x[source]
+            else:
+                if first:
+                    out[...] = identity
+                combine(out[target], x[source], out=out[target])
+            first = False
 
     # -- validation --------------------------------------------------------------------------
 
@@ -897,6 +939,15 @@ def window_axes(
             spatial, out_spatial, kernel, strides, pads, dilations, strict=True
         )
     ]
+
+
+def _pass_through(size: int) -> WindowAxis:
+    """An axis that a separable pooling pass leaves as it is."""
+    return WindowAxis(size, size, 1, 1, 0, 1)
+
+
+def _identity_axis(axis: WindowAxis) -> bool:
+    return axis.kernel == 1 and axis.stride == 1 and axis.pad == 0 and axis.extent == axis.size
 
 
 def _tap_boxes(

@@ -29,6 +29,8 @@ from onemodel.graph.operators.conv import Placement, SlidingWindows
 from onemodel.graph.operators.unary import IEEE_FLOATS
 from onemodel.tensors import DType
 
+_MAX_REMEMBERED = 64  # input shapes whose AveragePool divisor is kept
+
 
 def _float_types(opset: int) -> frozenset[int]:
     """float16, float and double; bfloat16 from opset 22."""
@@ -130,8 +132,12 @@ class MaxPoolOp(WindowPool):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         indices = outputs[1] if self.wants_indices else None
-        pool = ctx.kernels.exact_max_pool_arrays if ctx.exact else ctx.kernels.max_pool_arrays
-        pool(x, outputs[0], *self._kernel_args(x), indices=indices)
+        if ctx.exact:
+            ctx.kernels.exact_max_pool_arrays(x, outputs[0], *self._kernel_args(x), indices=indices)
+        else:
+            ctx.kernels.max_pool_arrays(
+                x, outputs[0], *self._kernel_args(x), indices=indices, scratch=ctx.scratch
+            )
         if indices is not None:
             self._globalize(ctx.xp, indices, x.shape)
 
@@ -162,6 +168,8 @@ class AveragePoolOp(WindowPool):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.count_include_pad = bool(node.attr("count_include_pad", 0))
+        # Divisors by input shape and compute type, made once rather than in every run.
+        self._divisors: dict[tuple, Any] = {}
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         spec, placement = self._output_spec(ctx)
@@ -187,18 +195,29 @@ class AveragePoolOp(WindowPool):
             divisor = np.multiply.outer(divisor, count)
         return divisor
 
+    def _cached_divisor(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """`_divisor` as a backend array of `dtype`, remembered per shape (a bounded cache)."""
+        key = (shape, dtype)
+        divisor = self._divisors.get(key)
+        if divisor is None:
+            if len(self._divisors) >= _MAX_REMEMBERED:
+                self._divisors.clear()
+            divisor = xp.asarray(self._divisor(shape, self._place(shape)), dtype=dtype)
+            self._divisors[key] = divisor
+        return divisor
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         (out,) = outputs
         xp = ctx.xp
-        divisor = self._divisor(x.shape, self._place(x.shape))
         if ctx.exact:
+            divisor = self._divisor(x.shape, self._place(x.shape))
             ctx.kernels.exact_average_pool_arrays(x, out, *self._kernel_args(x), divisor)
             return
         compute = _compute_dtype(xp, out.dtype)
-        total = out if compute == out.dtype else xp.empty(out.shape, dtype=compute)
-        ctx.kernels.sum_pool_arrays(x, total, *self._kernel_args(x))
-        divisor = xp.asarray(divisor, dtype=compute)
+        total = out if compute == out.dtype else ctx.scratch(out.shape, compute)
+        ctx.kernels.sum_pool_arrays(x, total, *self._kernel_args(x), scratch=ctx.scratch)
+        divisor = self._cached_divisor(xp, x.shape, compute)
         xp.divide(total, divisor, out=out, casting="unsafe")
 
 
