@@ -99,6 +99,10 @@ def _text(value: Any) -> str:
 class Recurrent(Operator):
     """The shared layer: attributes, shapes, the projection and the loop over time steps."""
 
+    # Whether Rb is added to X·Wᵀ + Wb before the loop (its `step` then leaves it out): true
+    # where Rb sits in a plain sum, not where GRU's reset gate multiplies it.
+    recurrence_bias_outside = False
+
     gates: ClassVar[int]  # blocks of H rows in W and R
     default_activations: ClassVar[tuple[str, ...]]  # one direction's
     states: ClassVar[int] = 1  # state tensors carried from step to step (h, and c for LSTM)
@@ -235,6 +239,8 @@ class Recurrent(Operator):
         bias = _optional(inputs, _B)
         if bias is not None:
             projected += bias[d, :size].astype(x.dtype)
+        if self.recurrence_bias_outside:
+            projected += weights.bias  # once for all steps instead of once per step
         state = tuple(
             self._initial(xp, _optional(inputs, index), d, batch, hidden, x.dtype)
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
@@ -304,13 +310,14 @@ class RNNOp(Recurrent):
 
     gates = 1
     default_activations = ("Tanh",)
+    recurrence_bias_outside = True
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
     ) -> tuple[Array, ...]:
         (h,) = state
         (f,) = weights.activations
-        return (f(xp, self.clipped(xp, projected + h @ weights.recurrence + weights.bias)),)
+        return (f(xp, self.clipped(xp, projected + h @ weights.recurrence)),)
 
 
 class GRUOp(Recurrent):
@@ -347,6 +354,7 @@ class LSTMOp(Recurrent):
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     states = 2
+    recurrence_bias_outside = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -358,9 +366,15 @@ class LSTMOp(Recurrent):
         h, c = state
         f, g, activation_h = weights.activations
         size = h.shape[1]
-        gates = projected + h @ weights.recurrence + weights.bias
-        i, o, forget, cell = (gates[:, k * size : (k + 1) * size] for k in range(4))
+        gates = projected + h @ weights.recurrence
         p = weights.peepholes
+        if p is None and not self.input_forget:
+            # i, o and f are adjacent and take the same function: one call for the three.
+            iof = f(xp, self.clipped(xp, gates[:, : 3 * size]))
+            i, o, forget = (iof[:, k * size : (k + 1) * size] for k in range(3))
+            c = forget * c + i * g(xp, self.clipped(xp, gates[:, 3 * size :]))
+            return o * activation_h(xp, c), c
+        i, o, forget, cell = (gates[:, k * size : (k + 1) * size] for k in range(4))
         if p is not None:
             i = i + p[:size] * c
             forget = forget + p[2 * size :] * c
