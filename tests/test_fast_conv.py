@@ -64,7 +64,12 @@ CASES = {
     "1-D": ((2, 3, 17), (4, 3, 5), (2,), (2, 1), (1,), 1),
     "3-D": ((1, 2, 5, 6, 4), (3, 2, 3, 2, 2), (1, 2, 1), (1, 0, 1, 1, 1, 0), (1, 1, 2), 1),
     "windows past the input": ((1, 2, 6, 6), (3, 2, 2, 2), (3, 3), (0, 0, 0, 0), (1, 1), 1),
+    # Fewer output than input channels at stride 1: the shifted-GEMM path.
+    "shifted": ((2, 8, 9, 7), (3, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "shifted dilated": ((1, 6, 10, 9), (2, 6, 3, 2), (1, 1), (2, 0, 1, 1), (2, 3), 1),
+    "shifted unpadded": ((1, 4, 5, 6), (2, 4, 2, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 }
+SHIFTED = [name for name in CASES if name.startswith("shifted")]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -84,6 +89,23 @@ def test_conv_arrays_match_the_direct_sum(name: str, backend: str) -> None:
     prepared = kernels.conv_weights(w, group)
     kernels.conv_arrays(x, w, again, strides, pads[:rank], dilations, group, weights=prepared)
     np.testing.assert_array_equal(again, out)
+
+
+@pytest.mark.parametrize("name", SHIFTED)
+def test_narrowing_stride_one_convolutions_take_the_shifted_path(name, monkeypatch) -> None:
+    x_shape, w_shape, strides, pads, dilations, group = CASES[name]
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    kernels = KernelPaths.get("numpy")
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("im2col ran")
+
+    monkeypatch.setattr(type(kernels), "_im2col_conv", refuse)
+    out = np.full(direct_conv(x, w, strides, pads, dilations, group).shape, np.nan, np.float32)
+    kernels.conv_arrays(x, w, out, strides, pads[:2], dilations, group)
+    assert np.isfinite(out).all()
 
 
 def test_bands_of_output_rows_cover_the_output(monkeypatch: pytest.MonkeyPatch) -> None:

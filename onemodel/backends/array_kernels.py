@@ -282,10 +282,54 @@ class ArrayKernels:
                     x.reshape(batch, group, -1, pixels),
                     result.reshape(batch, group, -1, pixels),
                 )
+            elif geometry.shiftable(group, x.shape[1], out.shape[1]):
+                self._shifted_conv(x, weights, result, geometry, allocate)
             else:
                 self._im2col_conv(x, weights, result, geometry, allocate)
         if result is not out:
             out[...] = result
+
+    def _shifted_conv(
+        self, x: Any, weights: Any, out: Any, geometry: _ConvGeometry, allocate: Scratch
+    ) -> None:
+        """A 2-D stride-1 convolution with fewer output than input channels, without im2col:
+        with the padded image flattened row by row (width Wp), tap (i, j) of every output
+        position reads the same contiguous run shifted by i·d·Wp + j·d, so one GEMM of all
+        taps' weights (kh·kw·M, C) by the flat image gives each tap's products for every
+        position of a Wp-wide grid, and the output sums kh·kw shifted, cropped views of them.
+        It writes kh·kw·M values per position where im2col copies kh·kw·C, so it wins when M
+        is well below C (DenseNet's 3×3 convolutions: 128 → 32)."""
+        xp = self.xp
+        batch, channels = x.shape[:2]
+        (kh, kw), (dh, dw) = geometry.kernel, geometry.dilations
+        out_h, out_w = geometry.out_spatial
+        height, width = geometry.reach
+        slack = (kw - 1) * dw  # the last taps read this far past the grid's last row
+        grid = out_h * width
+        per_tap = weights.shape[1]
+        taps = weights.reshape(per_tap, channels, kh * kw).transpose(2, 0, 1)
+        stacked = allocate((kh * kw * per_tap, channels), weights.dtype)
+        stacked.reshape(kh * kw, per_tap, channels)[...] = taps
+        flat = allocate((channels, height * width + slack), x.dtype)
+        products = allocate((kh * kw, per_tap, height * width + slack), out.dtype)
+        flat[...] = 0  # the padding; every image then overwrites the same inside
+        image = flat[:, : height * width].reshape(channels, height, width)
+        kept = [
+            min(e, r - p)
+            for e, r, p in zip(x.shape[2:], geometry.reach, geometry.pads, strict=True)
+        ]
+        inside = tuple(slice(p, p + k) for p, k in zip(geometry.pads, kept, strict=True))
+        for n in range(batch):
+            image[(slice(None), *inside)] = x[n, :, : kept[0], : kept[1]]
+            self.matmul_arrays(stacked, flat, products.reshape(kh * kw * per_tap, -1))
+            for tap in range(kh * kw):
+                i, j = divmod(tap, kw)
+                shift = i * dh * width + j * dw
+                view = products[tap, :, shift : shift + grid].reshape(per_tap, out_h, width)
+                if tap == 0:
+                    out[n] = view[:, :, :out_w]
+                else:
+                    xp.add(out[n], view[:, :, :out_w], out=out[n])
 
     def _im2col_conv(
         self, x: Any, weights: Any, out: Any, geometry: _ConvGeometry, allocate: Scratch
@@ -865,6 +909,17 @@ class _ConvGeometry:
             ("dilations", dilations),
         ):
             object.__setattr__(self, name, tuple(int(v) for v in values))
+
+    def shiftable(self, group: int, in_channels: int, out_channels: int) -> bool:
+        """Whether `_shifted_conv` applies and pays: 2-D, stride 1, a kernel wider than one
+        tap, one group, and at most half as many output as input channels."""
+        return (
+            len(self.kernel) == 2
+            and group == 1
+            and self.strides == (1, 1)
+            and self.kernel != (1, 1)
+            and 2 * out_channels <= in_channels
+        )
 
     @property
     def pointwise(self) -> bool:
