@@ -7,6 +7,7 @@ than a second implementation that could drift from the first.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -273,7 +274,9 @@ class ArrayKernels:
             widened[...] = x
             x = widened
         kernel, out_spatial = w.shape[2:], out.shape[2:]
-        geometry = _ConvGeometry(kernel, out_spatial, strides, pads, dilations)
+        geometry = _conv_geometry(
+            tuple(kernel), tuple(out_spatial), tuple(strides), tuple(pads), tuple(dilations)
+        )
         with quiet():  # inf · 0 and overflow are results, as in `binary`
             if geometry.pointwise and tuple(out_spatial) == tuple(x.shape[2:]):
                 batch, pixels = x.shape[0], _product(out_spatial)
@@ -865,6 +868,12 @@ class ArrayKernels:
 
 
 NARROW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+
+
+@functools.lru_cache(maxsize=256)
+def _conv_geometry(*args: tuple[int, ...]) -> _ConvGeometry:
+    """_ConvGeometry by its arguments: every run of a convolution asks for the same one."""
+    return _ConvGeometry(*args)
 
 
 def _span(count: int, stride: int, kernel: int, dilation: int) -> int:

@@ -25,6 +25,7 @@ from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import DType
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_MAX_REMEMBERED = 64  # input shapes whose window placement is kept
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class SlidingWindows:
         if self.pads is not None and len(self.pads) % 2:
             raise node.invalid(f"{node.op_type}: pads {self.pads} must have an even length")
         self.kernel_shape = self.ints("kernel_shape", minimum=1)
+        self._placements: dict[tuple, Placement] = {}
 
     def ints(self, name: str, minimum: int) -> tuple[int, ...] | None:
         """An optional list-of-ints attribute, each value checked to be at least `minimum`."""
@@ -103,8 +105,20 @@ class SlidingWindows:
         """The windows over an input of spatial shape `spatial` (Conv's and pooling's rule).
 
         With ceil_mode a last window that would start past the input and its leading pad is
-        dropped. An input too small for one window is refused.
+        dropped. An input too small for one window is refused. Remembered per arguments, since
+        every run asks again (a bounded cache; refusals are not remembered).
         """
+        key = (tuple(spatial), tuple(kernel), ceil_mode)
+        placement = self._placements.get(key)
+        if placement is None:
+            if len(self._placements) >= _MAX_REMEMBERED:
+                self._placements.clear()
+            placement = self._placements[key] = self._place(*key)
+        return placement
+
+    def _place(
+        self, spatial: tuple[int, ...], kernel: tuple[int, ...], ceil_mode: bool
+    ) -> Placement:
         rank = len(spatial)
         strides = self.per_axis("strides", self.strides, rank, 1)
         dilations = self.per_axis("dilations", self.dilations, rank, 1)
