@@ -99,9 +99,10 @@ def _text(value: Any) -> str:
 class Recurrent(Operator):
     """The shared layer: attributes, shapes, the projection and the loop over time steps."""
 
-    # Whether Rb is added to X·Wᵀ + Wb before the loop (its `step` then leaves it out): true
-    # where Rb sits in a plain sum, not where GRU's reset gate multiplies it.
-    recurrence_bias_outside = False
+    def bias_outside(self, size: int) -> int:
+        """How many leading columns of Rb join X·Wᵀ + Wb once before the time loop (`step`
+        then leaves them out): those that sit in a plain sum with it."""
+        return size
 
     gates: ClassVar[int]  # blocks of H rows in W and R
     default_activations: ClassVar[tuple[str, ...]]  # one direction's
@@ -239,8 +240,8 @@ class Recurrent(Operator):
         bias = _optional(inputs, _B)
         if bias is not None:
             projected += bias[d, :size].astype(x.dtype)
-        if self.recurrence_bias_outside:
-            projected += weights.bias  # once for all steps instead of once per step
+        outside = self.bias_outside(size)
+        projected[..., :outside] += weights.bias[:outside]  # once, not once per step
         state = tuple(
             self._initial(xp, _optional(inputs, index), d, batch, hidden, x.dtype)
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
@@ -310,7 +311,6 @@ class RNNOp(Recurrent):
 
     gates = 1
     default_activations = ("Tanh",)
-    recurrence_bias_outside = True
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
@@ -330,22 +330,28 @@ class GRUOp(Recurrent):
         super().__init__(node)
         self.linear_before_reset = node.opset >= 3 and bool(node.attr("linear_before_reset", 0))
 
+    def bias_outside(self, size: int) -> int:
+        """All of Rb but, with linear_before_reset, the hidden gate's, which r multiplies."""
+        return 2 * size // 3 if self.linear_before_reset else size
+
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
     ) -> tuple[Array, ...]:
         (h,) = state
         f, g = weights.activations
         size = h.shape[1]
-        recurrence, bias = weights.recurrence, weights.bias
-        zr = projected[:, : 2 * size] + h @ recurrence[:, : 2 * size] + bias[: 2 * size]
-        zr = f(xp, self.clipped(xp, zr))
-        z, r = zr[:, :size], zr[:, size:]
+        recurrence = weights.recurrence
         if self.linear_before_reset:
-            hidden = r * (h @ recurrence[:, 2 * size :] + bias[2 * size :])
+            products = h @ recurrence  # the three gates' H·Rᵀ in one product
+            zr = f(xp, self.clipped(xp, projected[:, : 2 * size] + products[:, : 2 * size]))
+            z, r = zr[:, :size], zr[:, size:]
+            hidden = r * (products[:, 2 * size :] + weights.bias[2 * size :])
         else:
-            hidden = (r * h) @ recurrence[:, 2 * size :] + bias[2 * size :]
+            zr = f(xp, self.clipped(xp, projected[:, : 2 * size] + h @ recurrence[:, : 2 * size]))
+            z, r = zr[:, :size], zr[:, size:]
+            hidden = (r * h) @ recurrence[:, 2 * size :]
         candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
-        return ((1.0 - z) * candidate + z * h,)
+        return (candidate + z * (h - candidate),)  # (1 − z)·candidate + z·h
 
 
 class LSTMOp(Recurrent):
@@ -354,7 +360,6 @@ class LSTMOp(Recurrent):
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     states = 2
-    recurrence_bias_outside = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
