@@ -348,3 +348,54 @@ def test_weight_storage_measured_by_tracemalloc():
         del sess
     saved = held[WeightStorage.ORIGINAL] - held[WeightStorage.BINARY16]
     assert saved > 0.4 * Session.create(model_from_proto(proto)).graph_summary["weight_bytes"]
+
+
+def test_per_channel_mul_and_add_after_a_conv_fold_into_its_weights():
+    norm = helper.make_node("BatchNormalization", ["c", "scale", "beta", "mean", "var"], ["n"])
+    tail = [
+        norm,
+        helper.make_node("Mul", ["n", "m"], ["scaled"]),
+        helper.make_node("Add", ["a", "scaled"], ["shifted"]),
+        helper.make_node("Relu", ["shifted"], ["y"]),
+    ]
+    per_channel = [const(n, RNG.uniform(0.5, 2, (4, 1, 1)).astype(np.float32)) for n in "ma"]
+    proto = conv_model(tail, [*batch_norm_inputs(), *per_channel])
+    assert op_types(session(proto, OptimizationLevel.BASIC)) == ["Conv", "Relu"]
+    x = RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    plain = results(proto, {"x": x}, OptimizationLevel.NONE)[0]
+    np.testing.assert_allclose(
+        results(proto, {"x": x}, OptimizationLevel.ALL)[0], plain, rtol=1e-5, atol=1e-5
+    )
+    exact = session(proto, mode=ExecutionMode.EXACT)
+    assert "fold-conv-affine" not in exact.graph_summary["passes"]
+    assert "Mul" in "".join(op_types(exact))
+
+
+def test_a_mul_over_the_last_axis_is_not_folded_into_a_conv():
+    proto = conv_model(
+        [helper.make_node("Mul", ["c", "m"], ["y"])],
+        [const("m", RNG.standard_normal(5).astype(np.float32))],
+    )
+    assert op_types(session(proto, OptimizationLevel.BASIC)) == ["Conv", "Mul"]
+
+
+@pytest.mark.parametrize("declared", [[1, 4, 3, 3], None])
+def test_per_channel_mul_and_add_fold_into_a_batch_normalization_of_known_rank(declared):
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "scale", "beta", "mean", "var"], ["n"]),
+        helper.make_node("Mul", ["n", "m"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "a"], ["shifted"]),
+        helper.make_node("Relu", ["shifted"], ["y"]),
+    ]
+    per_channel = [const(n, RNG.uniform(0.5, 2, (4, 1, 1)).astype(np.float32)) for n in "ma"]
+    x = helper.make_tensor_value_info("x", F, declared)  # None: the rank is not known
+    proto = model_of(nodes, [x], [tensor("y", None)], [*batch_norm_inputs(), *per_channel])
+    folded = ["BatchNormalization", "Relu"]
+    kept = ["BatchNormalization", "Mul", "Add", "Relu"]
+    assert op_types(session(proto, OptimizationLevel.BASIC)) == (folded if declared else kept)
+    assert op_types(session(proto))[0].startswith("fused(BatchNormalization+")
+    data = RNG.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    plain = results(proto, {"x": data}, OptimizationLevel.NONE)[0]
+    np.testing.assert_allclose(
+        results(proto, {"x": data}, OptimizationLevel.ALL)[0], plain, rtol=1e-5, atol=1e-5
+    )

@@ -165,11 +165,15 @@ class CompiledGraph:
         (folding adds some, fusion and elimination leave others unread)."""
         from onemodel.graph.passes.table import run_passes  # folding builds on the planner
 
-        elem_types = {}
+        elem_types, ranks = {}, {}
         for info in (*graph.inputs, *graph.outputs, *graph.value_infos.values()):
             value_id = self._ids.get(info.name)
-            if value_id is not None and info.type.kind == "tensor" and info.type.elem_type:
+            if value_id is None or info.type.kind != "tensor":
+                continue
+            if info.type.elem_type:
                 elem_types[value_id] = info.type.elem_type
+            if info.type.dims is not None:
+                ranks[value_id] = len(info.type.dims)
         pass_graph = PassGraph(
             self.names,
             (PassNode(n.operator, n.info, list(n.inputs), list(n.outputs)) for n in self.nodes),
@@ -178,6 +182,7 @@ class CompiledGraph:
             self.output_ids,
             elem_types,
             dict(self.opsets),
+            ranks,
         )
         check = None if self._guard is None else self._guard.check
         self.passes_ran = run_passes(

@@ -23,6 +23,7 @@ either for computing. Shapes and small constant inputs (`InferContext.constant`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -227,7 +228,7 @@ class RunContext:
         scratch again allocates nothing; at plan time it is a plain new array."""
         dims = tuple(int(d) for d in shape)
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(dims) * dtype.itemsize  # math.prod: a fraction of np.prod's cost
         self.charge(nbytes, what="scratch")
         if self.arena is None:
             return self.xp.empty(dims, dtype=dtype)

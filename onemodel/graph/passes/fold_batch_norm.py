@@ -31,7 +31,7 @@ class FoldBatchNormalization(GraphPass):
             if statistics is None or graph.only_reader(norm.inputs[0]) is None:
                 continue
             if is_onnx(producer, "Conv"):
-                _fold_into_conv(graph, producer, norm, statistics)
+                fold_into_conv(graph, producer, norm, statistics)
             elif is_onnx(producer, "Gemm"):
                 _fold_into_gemm(graph, producer, norm, statistics)
 
@@ -56,15 +56,17 @@ def _constants(graph: PassGraph, node: PassNode, indices: range) -> list[np.ndar
     return [graph.constant(node.inputs[i]) if i < len(node.inputs) else None for i in indices]
 
 
-def _fold_into_conv(
-    graph: PassGraph, conv: PassNode, norm: PassNode, statistics: tuple[np.ndarray, np.ndarray]
-) -> None:
+def fold_into_conv(
+    graph: PassGraph, conv: PassNode, consumer: PassNode, statistics: tuple[np.ndarray, np.ndarray]
+) -> PassNode | None:
+    """Replace conv and its one reader `consumer`, which computes y·s + shift per output
+    channel, by one Conv with scaled weights and bias; returns it (None when not possible)."""
     weight, bias = _constants(graph, conv, range(1, 3))
     s, shift = statistics
     if weight is None or weight.dtype.kind != "f" or weight.shape[0] != s.size:
-        return
+        return None
     if len(conv.inputs) > 2 and conv.inputs[2] != ABSENT and bias is None:
-        return  # a bias computed at run time
+        return None  # a bias computed at run time
     old_bias = np.zeros(s.size) if bias is None else bias.astype(np.float64)
     new_weight = weight.astype(np.float64) * s.reshape(-1, *(1,) * (weight.ndim - 1))
     new_bias = old_bias * s + shift
@@ -74,10 +76,11 @@ def _fold_into_conv(
         graph.add_constant("folded_bias", new_bias.astype(weight.dtype)),
     ]
     folded = graph.make_node(
-        conv.info, "Conv", inputs, norm.outputs[:1], dict(conv.info.attributes),
+        conv.info, "Conv", inputs, consumer.outputs[:1], dict(conv.info.attributes),
         opset=conv.info.opset,
     )  # fmt: skip
-    graph.replace([conv, norm], [folded])
+    graph.replace([conv, consumer], [folded])
+    return folded
 
 
 def _fold_into_gemm(

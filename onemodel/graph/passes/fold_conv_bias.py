@@ -9,6 +9,8 @@ broadcasting would add along the last spatial axis instead, so it is left alone 
 
 from __future__ import annotations
 
+import numpy as np
+
 from onemodel.graph.passes.base import GraphPass, OptimizationLevel, PassContext, is_onnx
 from onemodel.graph.passes.pass_graph import ABSENT, PassGraph
 
@@ -30,7 +32,7 @@ class FoldConvBias(GraphPass):
                 continue
             other = add.inputs[1] if add.inputs[0] == conv.outputs[0] else add.inputs[0]
             bias = graph.constant(other)
-            if bias is None or bias.dtype != weight.dtype or not _per_channel(bias, weight):
+            if bias is None or bias.dtype != weight.dtype or not per_channel(bias, weight):
                 continue
             inputs = [*conv.inputs[:2], graph.add_constant("conv_bias", bias.reshape(-1))]
             folded = graph.make_node(
@@ -40,7 +42,8 @@ class FoldConvBias(GraphPass):
             graph.replace([conv, add], [folded])
 
 
-def _per_channel(bias, weight) -> bool:
+def per_channel(bias: np.ndarray, weight: np.ndarray) -> bool:
+    """Whether `bias` broadcasts against a Conv output (N, O, *spatial) along O only."""
     channels, spatial = weight.shape[0], weight.ndim - 2
     shape = tuple(bias.shape)
     return shape in ((channels, *(1,) * spatial), (1, channels, *(1,) * spatial))

@@ -1,8 +1,8 @@
-"""Chains of element-wise operators, and an element-wise tail after a Conv, Gemm or MatMul
-(its bias Add, its activation), become one Fused step (seed 001's fused groups, onnxruntime's
-activation and MatMul+Add fusions). A chain continues while the previous result has exactly
-one reader, the next element-wise node, so no intermediate value is needed elsewhere. Each
-member computes as it would alone, so bits are preserved.
+"""Chains of element-wise operators, and an element-wise tail after a Conv, Gemm, MatMul or
+normalisation (its bias Add, its activation), become one Fused step (seed 001's fused groups,
+onnxruntime's activation and MatMul+Add fusions). A chain continues while the previous result
+has exactly one reader, the next element-wise node, so no intermediate value is needed
+elsewhere. Each member computes as it would alone, so bits are preserved.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ ELEMENTWISE = frozenset({
     "Cos", "Floor", "Ceil",
 })  # fmt: skip
 # Operators an element-wise tail may follow.
-HEADS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"}) | ELEMENTWISE
+HEADS = (
+    frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization"})
+    | frozenset({"LayerNormalization", "InstanceNormalization"})
+    | ELEMENTWISE
+)
 
 
 class FuseElementwise(GraphPass):

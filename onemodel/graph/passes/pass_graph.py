@@ -24,6 +24,13 @@ from onemodel.tensors import onnx_code_for_numpy
 
 ABSENT = -1  # the value id of an absent optional input or output
 
+# Operators whose output 0 has the rank of their input 0.
+_KEEPS_RANK = frozenset({
+    "Identity", "Dropout", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Neg", "Abs", "Sqrt", "Exp",
+    "Log", "Erf", "Softmax", "Gelu", "Cast", "Concat", "MaxPool", "AveragePool", "LRN",
+    "BatchNormalization", "LayerNormalization", "InstanceNormalization",
+})  # fmt: skip
+
 # Operators whose output 0 has the element type of their input 0.
 _KEEPS_TYPE = frozenset({
     "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Relu",
@@ -66,8 +73,10 @@ class PassGraph:
         output_ids: Sequence[int],
         elem_types: dict[int, int],
         opsets: dict[str, int],
+        ranks: dict[int, int] | None = None,
     ) -> None:
         self.names = names
+        self.ranks = ranks or {}
         self.constants = constants
         self.input_ids = tuple(input_ids)
         self.output_ids = tuple(output_ids)
@@ -123,6 +132,24 @@ class PassGraph:
             if producer.op == "Cast":
                 return producer.info.attributes.get("to")
             if producer.op not in _KEEPS_TYPE or producer.outputs[0] != value_id:
+                return None
+            value_id = producer.inputs[0]
+
+    def rank(self, value_id: int) -> int | None:
+        """The value's rank where declared or evident (constants, a Conv's constant weight,
+        carried over from input 0 by an operator that keeps it); else None."""
+        while True:
+            constant = self.constant(value_id)
+            if constant is not None:
+                return constant.ndim
+            declared = self.ranks.get(value_id)
+            producer = self.producer(value_id)
+            if declared is not None or producer is None or not producer.inputs:
+                return declared
+            if producer.op == "Conv" and len(producer.inputs) > 1:
+                weight = self.constant(producer.inputs[1])
+                return None if weight is None else weight.ndim
+            if producer.op not in _KEEPS_RANK or producer.outputs[0] != value_id:
                 return None
             value_id = producer.inputs[0]
 

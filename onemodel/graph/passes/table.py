@@ -8,6 +8,7 @@ from onemodel.graph.passes.base import GraphPass, OptimizationLevel, PassContext
 from onemodel.graph.passes.collapse_chains import CollapseTransposeReshape
 from onemodel.graph.passes.fold_batch_norm import FoldBatchNormalization
 from onemodel.graph.passes.fold_constants import FoldConstants
+from onemodel.graph.passes.fold_conv_affine import FoldConvAffine
 from onemodel.graph.passes.fold_conv_bias import FoldConvBias
 from onemodel.graph.passes.fuse_elementwise import FuseElementwise
 from onemodel.graph.passes.pass_graph import PassGraph
@@ -22,6 +23,7 @@ PASSES: tuple[GraphPass, ...] = (
     CollapseTransposeReshape(),
     FoldBatchNormalization(),
     FoldConvBias(),
+    FoldConvAffine(),
     RecogniseLayerNormalization(),
     RecogniseGelu(),
     RecogniseAttention(),
