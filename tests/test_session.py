@@ -428,3 +428,11 @@ def test_more_inputs_or_outputs_than_the_schema_allows_is_an_invalid_model(extra
     with pytest.raises(SessionError, match=f"has 2 {extra}") as error:
         session_for(helper.make_model(helper.make_graph([node], "g", [x], [y])))
     assert error.value.kind is ErrorKind.INVALID_MODEL and error.value.node == "act"
+
+
+def test_sessions_of_one_imported_model_share_its_read_only_weights(mlp):
+    model = model_from_proto(mlp)
+    first, second = Session.create(model), Session.create(model)
+    for value_id, weight in first._graph.weights.items():
+        assert not weight.flags.writeable
+        assert np.shares_memory(weight, second._graph.weights[value_id])

@@ -112,9 +112,8 @@ class CompiledGraph:
         self.defaults: dict[int, Any] = {}
         for source, target in ((constants, self.weights), (default_arrays, self.defaults)):
             for value_id, array in source.items():
-                if value_id in used:  # a weight no live node reads is not copied
-                    # our own copy: the IR can be dropped
-                    target[value_id] = kernels.xp.asarray(np.array(array))
+                if value_id in used:  # a weight no live node reads is not kept
+                    target[value_id] = _weight(kernels.xp, array)
 
     def value_id(self, name: str) -> int:
         if not name:
@@ -250,6 +249,17 @@ class CompiledGraph:
                 "exact mode has no bit-exact kernel for: " + ", ".join(lacking),
                 operators=lacking,
             )
+
+
+def _weight(xp: Any, array: Any) -> Any:
+    """A weight on the backend, read-only. The importer's arrays are read-only already and
+    own their data, so NumPy shares them with the IR (sessions of one model share weights,
+    and the IR can still be dropped); values the passes made become read-only too, so that a
+    kernel writing into a weight fails instead of changing later runs."""
+    device = xp.asarray(array)
+    if isinstance(device, np.ndarray) and device.flags.writeable:
+        device.flags.writeable = False
+    return device
 
 
 def _construct(definition: OpDef, info: NodeInfo) -> Operator:
