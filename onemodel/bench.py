@@ -194,9 +194,17 @@ def _onemodel(model, feeds, threads, iterations, warmup, repeats):
         sessions.append(Session.load(str(model.path), options))
         return sessions[-1]
 
+    def runner(session: Any) -> Any:
+        def run() -> Any:
+            outputs = session.run(None, feeds)
+            session.kernels.synchronize()  # a GPU run is over when its kernels are
+            return outputs
+
+        return run
+
     result, run = _measure(
         create,
-        lambda s: lambda: s.run(None, feeds),
+        runner,
         iterations=iterations,
         warmup=warmup,
         create_repeats=repeats,

@@ -38,7 +38,15 @@ class _FakeCupy:
                 raise devices
             return devices
 
-        self.cuda = SimpleNamespace(runtime=SimpleNamespace(getDeviceCount=count))
+        self.synchronized = 0
+
+        def synchronize() -> None:
+            self.synchronized += 1
+
+        self.cuda = SimpleNamespace(
+            runtime=SimpleNamespace(getDeviceCount=count),
+            get_current_stream=lambda: SimpleNamespace(synchronize=synchronize),
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(checked_xp, name)
@@ -151,3 +159,11 @@ def test_forcing_a_backend_that_lacks_a_type_is_refused_before_running(fake_cupy
     with pytest.raises(SessionError, match="no arrays of BFLOAT16") as error:
         Session.load(_bfloat16_round_trip(), SessionOptions(backend=backend))
     assert error.value.kind is ErrorKind.UNSUPPORTED
+
+
+def test_synchronize_waits_for_the_stream_on_cupy_and_does_nothing_on_numpy(fake_cupy) -> None:
+    fake_cupy(1)
+    KernelPaths.get("cupy").synchronize()
+    assert sys.modules["cupy"].synchronized == 1
+    KernelPaths.get("numpy").synchronize()  # nothing queued, nothing to wait for
+    assert sys.modules["cupy"].synchronized == 1

@@ -83,6 +83,9 @@ class ArrayKernels:
     def from_host(self, array: Any) -> Tensor:
         return Tensor.from_array(array, memory=self.memory)
 
+    def synchronize(self) -> None:
+        """NumPy computes before returning: nothing to wait for."""
+
     # -- element-wise ------------------------------------------------------------------------
 
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:

@@ -62,6 +62,10 @@ class Kernels(Protocol):
     def from_host(self, array: Any) -> Tensor:
         """A contiguous tensor of this backend holding a copy of a host array."""
 
+    def synchronize(self) -> None:
+        """Wait until work queued on the device has finished (a no-op on the CPU), so that a
+        clock read afterwards measures it: CuPy launches kernels asynchronously."""
+
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
         """out = a op b, element by element; all three have one shape."""
 

@@ -73,6 +73,11 @@ class CupyKernels(ArrayKernels):
         super().__init__(device_memory(), name="cupy")
         self._kernels: dict[ElementwiseSource, Any] = {}
 
+    def synchronize(self) -> None:
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
     # The element-wise tail of a Fused step as one generated kernel (Fused calls both).
     elementwise_tail = staticmethod(generated_tail)
 
