@@ -477,6 +477,8 @@ def _kernels(name: str | None, model: ir.Model) -> Any:
         kernels = KernelPaths.best() if name is None else KernelPaths.get(name)
     except (BackendUnavailableError, ValueError) as error:
         raise SessionError(ErrorKind.UNSUPPORTED, str(error)) from None
+    if kernels.xp is np:
+        return kernels  # NumPy arrays hold every element type; no need to scan the model
     lacking = lacking_types(kernels, element_types(model))
     if not lacking:
         return kernels

@@ -86,6 +86,10 @@ class ArrayKernels:
     def synchronize(self) -> None:
         """NumPy computes before returning: nothing to wait for."""
 
+    def elementwise_tail(self, chain: Any, dtype: Any, exact: bool) -> None:
+        """No generated kernels here: a fused chain runs member by member."""
+        return None
+
     # -- element-wise ------------------------------------------------------------------------
 
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:

@@ -66,6 +66,11 @@ class Kernels(Protocol):
         """Wait until work queued on the device has finished (a no-op on the CPU), so that a
         clock read afterwards measures it: CuPy launches kernels asynchronously."""
 
+    def elementwise_tail(self, chain: Any, dtype: Any, exact: bool) -> Any | None:
+        """The element-wise tail of a fused chain ((op type, sources) per member) as one
+        generated kernel for `run_elementwise_chain`, or None: members then run one by one.
+        Only backends that generate kernels (CuPy) return one."""
+
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
         """out = a op b, element by element; all three have one shape."""
 

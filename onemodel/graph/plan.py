@@ -174,7 +174,7 @@ class ExecutionPlan:
         if any(i != ABSENT and self.specs[i] is None for i in ins):
             self._schedule(StepKind.DYNAMIC, node, None)
             return
-        all_constant = operator.deterministic and all(
+        all_constant = operator.foldable and all(
             i == ABSENT or self.constants[i] is not None for i in ins
         )
         if operator.outputs_data_dependent:

@@ -15,7 +15,8 @@ attributes fixed and nothing else, and is shared by every plan and every concurr
 - Flags: `supports_exact`, `in_place_input` (output 0 may take that input's memory: `run`
   must then be correct when they are the same array), `view_of_input` (output 0 is that input
   reshaped as `infer` said; `run` is never called), `outputs_data_dependent`, and
-  `deterministic` (False for random generators: never folded into a constant at plan time).
+  `foldable` (False: never computed ahead into a constant, by a plan or by the constant-folding
+  pass, even when every input is constant: random generators, Widen).
 
 Arrays are those of the session's backend (`ctx.xp`: numpy or cupy); operators never import
 either for computing. Shapes and small constant inputs (`InferContext.constant`) are host NumPy.
@@ -247,9 +248,9 @@ class Operator:
     in_place_input: ClassVar[int | None] = None
     view_of_input: ClassVar[int | None] = None
     outputs_data_dependent: ClassVar[bool] = False
-    # False for random generators: a node is never folded into a constant at plan time, even
-    # when all its inputs are constants, since each run must draw anew.
-    deterministic: ClassVar[bool] = True
+    # False: never folded into a constant, even when all inputs are constants. Random
+    # generators must draw anew in each run; Widen exists to keep a weight narrow until use.
+    foldable: ClassVar[bool] = True
 
     def __init__(self, node: NodeInfo) -> None:
         self.node = node

@@ -104,14 +104,12 @@ class Fused(Operator):
 
     def _generated_tail(self, ctx: RunContext, dtype: Any) -> Any:
         """The element-wise tail as one generated kernel, on a backend that generates them
-        (CuPy: onemodel/backends/cupy_gpu/elementwise.py); None elsewhere."""
-        plan_tail = getattr(ctx.kernels, "elementwise_tail", None)
-        if plan_tail is None:
-            return None
+        (CuPy: onemodel/backends/cupy_gpu/elementwise.py); None elsewhere. Asked once per
+        mode and dtype."""
         key = (ctx.exact, dtype)
         if key not in self._tails:
             chain = [(m.operator.node.op_type, m.sources) for m in self.members]
-            self._tails[key] = plan_tail(chain, dtype, ctx.exact)
+            self._tails[key] = ctx.kernels.elementwise_tail(chain, dtype, ctx.exact)
         return self._tails[key]
 
 

@@ -666,7 +666,7 @@ class RandomOp(Operator):
     """A generator of random values: the `seed` attribute, when given, fixes the draws; without
     one every run draws anew, so the node is never folded into a plan constant."""
 
-    deterministic = False
+    foldable = False
     float_types_since: ClassVar[int] = 22
 
     def __init__(self, node: NodeInfo) -> None:

@@ -2,8 +2,8 @@
 where it is read, with seed 002 §10's exact conversions, so every backend widens to the same bits.
 
 Weight storage inserts one Widen before the first reader of each reduced weight, so the float32
-copy lives in the run's slab only while its readers need it. `deterministic` is False so that
-plans never fold it back into a float32 constant, which would undo the saving.
+copy lives in the run's slab only while its readers need it. It is not `foldable`: computed
+ahead, it would become a float32 constant again and undo the saving.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class WidenOp(Operator):
     """uint16 bits of float16 or bfloat16 (attribute `from`) to float32."""
 
     supports_exact = True
-    deterministic = False
+    foldable = False
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

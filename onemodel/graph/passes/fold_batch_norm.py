@@ -39,6 +39,18 @@ class FoldBatchNormalization(GraphPass):
 def _statistics(graph: PassGraph, norm: PassNode) -> tuple[np.ndarray, np.ndarray] | None:
     """(s, shift) with y = x·s + shift per channel, when the node is a plain inference
     normalisation over constant statistics."""
+    values = inference_parameters(graph, norm)
+    if values is None:
+        return None
+    scale, beta, mean, var = (v.astype(np.float64).reshape(-1) for v in values)
+    epsilon = float(attribute(norm, "epsilon", 1e-5))
+    s = scale / np.sqrt(var + epsilon)
+    return s, beta - mean * s
+
+
+def inference_parameters(graph: PassGraph, norm: PassNode) -> list[np.ndarray] | None:
+    """scale, beta, mean and var of a BatchNormalization that only normalises (inference
+    mode, per channel, its statistics outputs unread) with constant float parameters."""
     if attribute(norm, "training_mode", 0) or attribute(norm, "spatial", 1) != 1:
         return None
     if any(v != ABSENT and (graph.readers(v) or graph.is_output(v)) for v in norm.outputs[1:]):
@@ -46,10 +58,7 @@ def _statistics(graph: PassGraph, norm: PassNode) -> tuple[np.ndarray, np.ndarra
     values = [graph.constant(v) for v in norm.inputs[1:5]]
     if len(values) != 4 or any(v is None or v.dtype.kind != "f" for v in values):
         return None
-    scale, beta, mean, var = (v.astype(np.float64).reshape(-1) for v in values)
-    epsilon = float(attribute(norm, "epsilon", 1e-5))
-    s = scale / np.sqrt(var + epsilon)
-    return s, beta - mean * s
+    return values
 
 
 def _constants(graph: PassGraph, node: PassNode, indices: range) -> list[np.ndarray | None]:

@@ -46,7 +46,7 @@ class FoldConstants(GraphPass):
 def _foldable(graph: PassGraph, node: PassNode) -> bool:
     operator = node.operator
     return (
-        operator.deterministic
+        operator.foldable
         and node.info.compile_body is None
         and all(v == ABSENT or graph.constant(v) is not None for v in node.inputs)
     )

@@ -17,12 +17,11 @@ from onemodel.graph.passes.base import (
     GraphPass,
     OptimizationLevel,
     PassContext,
-    attribute,
     is_onnx,
 )
-from onemodel.graph.passes.fold_batch_norm import fold_into_conv
+from onemodel.graph.passes.fold_batch_norm import fold_into_conv, inference_parameters
 from onemodel.graph.passes.fold_conv_bias import per_channel
-from onemodel.graph.passes.pass_graph import ABSENT, PassGraph, PassNode
+from onemodel.graph.passes.pass_graph import PassGraph, PassNode
 
 
 class FoldConvAffine(GraphPass):
@@ -64,14 +63,10 @@ def _fold_into_normalization(graph: PassGraph, norm: PassNode) -> PassNode | Non
     """BatchNormalization then a per-channel Mul or Add: one BatchNormalization whose scale
     and shift absorb it. The input's rank must be known, so that the constant's shape can be
     told to run along the channel axis."""
-    params = [graph.constant(v) for v in norm.inputs[1:5]]
+    params = inference_parameters(graph, norm)
     reader = graph.only_reader(norm.outputs[0])
     rank = graph.rank(norm.inputs[0])
-    if len(params) != 4 or any(p is None for p in params) or rank is None:
-        return None
-    if not is_onnx(reader, "Mul", "Add") or attribute(norm, "training_mode", 0):
-        return None
-    if any(v != ABSENT and (graph.readers(v) or graph.is_output(v)) for v in norm.outputs[1:]):
+    if params is None or rank is None or not is_onnx(reader, "Mul", "Add"):
         return None
     scale, beta = params[0], params[1]
     other = reader.inputs[1] if reader.inputs[0] == norm.outputs[0] else reader.inputs[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,37 +121,48 @@ class PassGraph:
     def elem_type(self, value_id: int) -> int | None:
         """The value's ONNX element type where declared, evident (constants, Cast) or carried
         over from input 0 by an operator that keeps it; else None."""
+        return self._carried(
+            value_id, self.elem_types, _KEEPS_TYPE,
+            lambda constant: onnx_code_for_numpy(constant.dtype),
+            lambda node: node.info.attributes.get("to") if node.op == "Cast" else None,
+        )  # fmt: skip
+
+    def rank(self, value_id: int) -> int | None:
+        """The value's rank where declared or evident (constants, a Conv's constant weight),
+        or carried over from input 0 by an operator that keeps it; else None."""
+        return self._carried(
+            value_id, self.ranks, _KEEPS_RANK, lambda constant: constant.ndim, self._conv_rank
+        )
+
+    def _carried(
+        self,
+        value_id: int,
+        declared: dict[int, int],
+        keeps: frozenset[str],
+        of_constant: Callable[[np.ndarray], int | None],
+        of_producer: Callable[[PassNode], int | None],
+    ) -> int | None:
+        """A property of a value, walking back through producers that keep it unchanged."""
         while True:
             constant = self.constant(value_id)
             if constant is not None:
-                return onnx_code_for_numpy(constant.dtype)
-            declared = self.elem_types.get(value_id)
+                return of_constant(constant)
+            known = declared.get(value_id)
             producer = self.producer(value_id)
-            if declared is not None or producer is None or not producer.inputs:
-                return declared
-            if producer.op == "Cast":
-                return producer.info.attributes.get("to")
-            if producer.op not in _KEEPS_TYPE or producer.outputs[0] != value_id:
+            if known is not None or producer is None or not producer.inputs:
+                return known
+            evident = of_producer(producer)
+            if evident is not None:
+                return evident
+            if producer.op not in keeps or producer.outputs[0] != value_id:
                 return None
             value_id = producer.inputs[0]
 
-    def rank(self, value_id: int) -> int | None:
-        """The value's rank where declared or evident (constants, a Conv's constant weight,
-        carried over from input 0 by an operator that keeps it); else None."""
-        while True:
-            constant = self.constant(value_id)
-            if constant is not None:
-                return constant.ndim
-            declared = self.ranks.get(value_id)
-            producer = self.producer(value_id)
-            if declared is not None or producer is None or not producer.inputs:
-                return declared
-            if producer.op == "Conv" and len(producer.inputs) > 1:
-                weight = self.constant(producer.inputs[1])
-                return None if weight is None else weight.ndim
-            if producer.op not in _KEEPS_RANK or producer.outputs[0] != value_id:
-                return None
-            value_id = producer.inputs[0]
+    def _conv_rank(self, node: PassNode) -> int | None:
+        weight = (
+            self.constant(node.inputs[1]) if node.op == "Conv" and len(node.inputs) > 1 else None
+        )
+        return None if weight is None else weight.ndim
 
     # -- editing ------------------------------------------------------------------------------
 
