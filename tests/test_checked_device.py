@@ -96,6 +96,47 @@ def test_ufunc_at_exists_only_where_cupy_scatters() -> None:
         checked_xp.multiply.at(out, device(np.array([0])), 2.0)
 
 
+SUBNORMALS = np.array([1e-40, -1e-41, 1.0, -0.0, np.inf], np.float32)
+FLUSHED = np.array([0.0, -0.0, 1.0, -0.0, np.inf], np.float32)
+
+
+def _bits(values: DeviceArray) -> np.ndarray:
+    return checked_xp.asnumpy(values).view(np.uint32)
+
+
+@pytest.mark.parametrize(
+    "compute",
+    [
+        lambda x: x + 0,
+        lambda x: checked_xp.negative(-x),
+        lambda x: checked_xp.maximum(x, -1.0),
+        lambda x: checked_xp.multiply(x, 1, out=checked_xp.empty_like(x)),
+        lambda x: x.astype(np.float64).astype(np.float32),
+        lambda x: checked_xp.where(x == 0, 0, x),  # the comparison reads zeros: 0 is picked
+    ],
+    ids=["operator", "negation", "ufunc", "out", "conversions", "comparison"],
+)
+def test_float32_arithmetic_flushes_subnormals_as_cupys_does(compute) -> None:
+    """CuPy compiles every kernel with -ftz=true; the stand-in must behave so, or code that
+    depends on subnormals would pass here and fail on a GPU."""
+    np.testing.assert_array_equal(checked_xp.asnumpy(compute(device(SUBNORMALS))), FLUSHED)
+
+
+@pytest.mark.parametrize(
+    "move",
+    [
+        lambda x: x.copy(),
+        lambda x: x.reshape(5)[::1],
+        lambda x: checked_xp.concatenate([x]),
+        lambda x: checked_xp.where(checked_xp.isnan(x), 0, x),
+        lambda x: checked_xp.take(x, device(np.arange(5))),
+    ],
+    ids=["copy", "view", "concatenate", "where", "take"],
+)
+def test_moves_keep_the_bits_of_subnormals(move) -> None:
+    np.testing.assert_array_equal(_bits(move(device(SUBNORMALS))), SUBNORMALS.view(np.uint32))
+
+
 class _HostRoundTrip(Operator):
     """What the stand-in is for: an operator that computes on the host by mistake."""
 

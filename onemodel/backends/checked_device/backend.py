@@ -36,7 +36,10 @@ def checked_device_memory() -> Memory:
 
 
 class CheckedDeviceKernels(ArrayKernels):
-    """The CuPy backend's kernels on the CPU stand-in; `transfers` counts host copies."""
+    """The CuPy backend's kernels on the CPU stand-in; `transfers` counts host copies. Its
+    float32 arithmetic flushes subnormals, as CuPy's does."""
+
+    flushes_subnormals = True
 
     def __init__(self) -> None:
         super().__init__(checked_device_memory(), name=NAME)

@@ -11,7 +11,11 @@ CuPy array does where the difference matters, only stricter:
   those too), though assignment into a device array and `asarray` upload them;
 - element types are CuPy's: no bfloat16, float8, int4 or strings;
 - every explicit device-to-host transfer (`asnumpy`, `.get()`, `.item()`, a 0-d array read
-  by `float()/int()/bool()` or as an index) is counted in `TRANSFERS`, with where it came from.
+  by `float()/int()/bool()` or as an index) is counted in `TRANSFERS`, with where it came from;
+- float32 arithmetic flushes subnormals as CuPy's does (it compiles every kernel with
+  -ftz=true): a computing function, ufunc, operator or conversion reads float32 subnormal
+  operands as zeros of their sign and writes float32 subnormal results so; functions that only
+  move or select elements (`_MOVES`) keep the bits, as CuPy's copy kernels do.
 
 `checked_xp` is the namespace (`ctx.xp` of the checked-device backend); it forwards to NumPy's
 functions of the same name, so it knows nothing NumPy does not and adds only the checks.
@@ -43,6 +47,21 @@ _HOST_ANSWERS = frozenset({
 # The ufuncs whose `at` CuPy implements (with its scatter kernels); others raise there.
 _SCATTER_UFUNCS = frozenset({"add", "subtract", "maximum", "minimum"})
 _SCATTER = ", ".join(sorted(_SCATTER_UFUNCS))
+# Functions (and array methods) that only move, select or fill elements: CuPy's kernels for
+# them copy bits, so they do not flush. Everything else that computes on float32 does.
+_MOVES = frozenset({
+    "array_split", "broadcast_arrays", "broadcast_to", "choose", "compress", "concatenate",
+    "copy", "diagonal", "empty", "empty_like", "expand_dims", "extract", "fill", "flatten",
+    "flip", "full", "full_like", "hstack", "moveaxis", "nonzero", "ones", "ones_like", "pad",
+    "put", "put_along_axis", "ravel", "repeat", "reshape", "roll", "rollaxis", "split",
+    "squeeze", "stack", "swapaxes", "take", "take_along_axis", "tile", "transpose", "tril",
+    "triu", "vstack", "where", "zeros", "zeros_like", "flatnonzero", "argwhere", "atleast_1d",
+    "atleast_2d", "atleast_3d", "dstack", "column_stack", "fliplr", "flipud", "rot90", "view",
+    "as_strided", "sliding_window_view", "copysign", "signbit", "isnan", "isinf", "isfinite",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift",
+})  # fmt: skip
+# The smallest normal float32: below it (and above zero) a float32 is subnormal.
+_TINY32 = np.float32(2.0**-126)
 # CuPy's submodules of NumPy's names (cupy.lib.stride_tricks.as_strided included).
 _SUBMODULES = frozenset({"linalg", "fft", "random", "lib", "stride_tricks"})
 
@@ -227,8 +246,14 @@ class DeviceArray:
         return DeviceArray(self._host.view(check_device_dtype(dtype)))
 
     def astype(self, dtype: Any, **kwargs: Any) -> DeviceArray:
-        result = self._host.astype(check_device_dtype(dtype), **kwargs)
-        return self if result is self._host else DeviceArray(result)
+        target = check_device_dtype(dtype)
+        source = self._host if target == self._host.dtype else _flushed(self._host)
+        result = source.astype(target, **kwargs)
+        if result is self._host:
+            return self
+        if target != self._host.dtype:
+            _flush_in_place(result)
+        return DeviceArray(result)
 
     def __array_namespace__(self, api_version: str | None = None) -> Any:
         return checked_xp
@@ -238,7 +263,7 @@ class DeviceArray:
             raise AttributeError(f"device arrays have no {name!r} the host could read")
         attribute = getattr(self._host, name)
         if callable(attribute):
-            return _forward(attribute, name)
+            return _forward(attribute, name, computes=name not in _MOVES)
         return _wrap(attribute, {})
 
     def __len__(self) -> int:
@@ -259,7 +284,10 @@ class DeviceArray:
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, np.ndarray):
             TRANSFERS.uploaded()
-        self._host[_unwrap(key, "indexing", host_ok=True)] = _unwrap(value, "assignment", True)
+        value = _unwrap(value, "assignment", True)
+        if self._host.dtype == np.float32 and _is_other_float(value):
+            value = _flushed(np.asarray(value, dtype=np.float32))  # a converting store
+        self._host[_unwrap(key, "indexing", host_ok=True)] = value
 
     def __copy__(self) -> DeviceArray:
         return DeviceArray(self._host.copy())
@@ -268,9 +296,13 @@ class DeviceArray:
         return DeviceArray(self._host.copy())
 
 
+# Operators compute, so float32 operands and results flush (see the module docstring).
+
+
 def _operator(function: Callable[[Any, Any], Any], name: str) -> Callable[..., Any]:
     def method(self: DeviceArray, other: Any) -> Any:
-        return _wrap(function(self._host, _unwrap(other, name)), {})
+        result = function(_flushed(self._host), _flushed(_unwrap(other, name)))
+        return _wrap(_flush_results(result), {})
 
     method.__name__ = name
     return method
@@ -278,7 +310,8 @@ def _operator(function: Callable[[Any, Any], Any], name: str) -> Callable[..., A
 
 def _reflected(function: Callable[[Any, Any], Any], name: str) -> Callable[..., Any]:
     def method(self: DeviceArray, other: Any) -> Any:
-        return _wrap(function(_unwrap(other, name), self._host), {})
+        result = function(_flushed(_unwrap(other, name)), _flushed(self._host))
+        return _wrap(_flush_results(result), {})
 
     method.__name__ = name
     return method
@@ -286,7 +319,10 @@ def _reflected(function: Callable[[Any, Any], Any], name: str) -> Callable[..., 
 
 def _in_place(function: Callable[[Any, Any], Any], name: str) -> Callable[..., Any]:
     def method(self: DeviceArray, other: Any) -> DeviceArray:
-        function(self._host, _unwrap(other, name))
+        operand = _flushed(_unwrap(other, name))
+        _flush_in_place(self._host)  # read as zeros; the result overwrites them anyway
+        function(self._host, operand)
+        _flush_in_place(self._host)
         return self
 
     method.__name__ = name
@@ -295,7 +331,7 @@ def _in_place(function: Callable[[Any, Any], Any], name: str) -> Callable[..., A
 
 def _unary(function: Callable[[Any], Any], name: str) -> Callable[..., Any]:
     def method(self: DeviceArray) -> Any:
-        return _wrap(function(self._host), {})
+        return _wrap(_flush_results(function(_flushed(self._host))), {})
 
     method.__name__ = name
     return method
@@ -379,19 +415,101 @@ def _check_dtype_argument(kwargs: dict[str, Any]) -> None:
         check_device_dtype(dtype)
 
 
-def _forward(function: Callable[..., Any], name: str, uploads: bool = False) -> Callable[..., Any]:
-    """`function` on the private arrays of its device arguments, results wrapped again."""
+def _forward(
+    function: Callable[..., Any], name: str, uploads: bool = False, computes: bool = False
+) -> Callable[..., Any]:
+    """`function` on the private arrays of its device arguments, results wrapped again; a
+    function that `computes` reads and writes float32 subnormals as zeros."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         _check_dtype_argument(kwargs)
         if uploads and any(isinstance(a, np.ndarray) for a in (*args, *kwargs.values())):
             TRANSFERS.uploaded()
         given = _given(args, kwargs)
-        result = function(*_unwrap(args, name, uploads), **_unwrap(kwargs, name, uploads))
+        args, kwargs = _unwrap(args, name, uploads), _unwrap(kwargs, name, uploads)
+        if computes:  # `out` and ufunc.at's target are written, so they flush in place
+            if name.endswith(".at"):
+                _flush_in_place(args[0])
+                args = (args[0], *_flushed(args[1:]))
+            else:
+                args = _flushed(args)
+            kwargs = {k: v if k == "out" else _flushed(v) for k, v in kwargs.items()}
+        elif name == "copyto" and len(args) >= 2:
+            args = _converted_copy(*args)
+        result = function(*args, **kwargs)
+        if computes or _converted(result, (*args, *kwargs.values())):
+            _flush_results(result)
+        if computes:
+            _flush_results(kwargs.get("out"))
+            if name.endswith(".at"):
+                _flush_in_place(args[0])
         return _wrap(result, given)
 
     call.__name__ = name
     return call
+
+
+def _flushed(value: Any) -> Any:
+    """`value` with float32 subnormals read as zeros of their sign (a copy only where it has
+    some; inside lists, tuples and dicts too)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.float32:
+            return value
+        subnormal = _subnormals(value)
+        if not subnormal.any():
+            return value
+        flushed = value.copy()
+        flushed[subnormal] = np.copysign(np.float32(0), value[subnormal])
+        return flushed
+    if isinstance(value, np.float32) and 0 < abs(value) < _TINY32:
+        return np.copysign(np.float32(0), value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_flushed(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _flushed(item) for key, item in value.items()}
+    return value
+
+
+def _subnormals(value: np.ndarray) -> np.ndarray:
+    return (np.abs(value) < _TINY32) & (value != 0)
+
+
+def _flush_in_place(value: Any) -> None:
+    if isinstance(value, np.ndarray) and value.dtype == np.float32 and value.flags.writeable:
+        subnormal = _subnormals(value)
+        if subnormal.any():
+            value[subnormal] = np.copysign(np.float32(0), value[subnormal])
+
+
+def _flush_results(result: Any) -> Any:
+    """A computed float32 result (or tuple of them) with subnormals written as zeros."""
+    for item in result if isinstance(result, (list, tuple)) else (result,):
+        _flush_in_place(item)
+    return result
+
+
+def _is_other_float(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return isinstance(value, float)
+    return dtype.kind == "f" and dtype != np.float32
+
+
+def _converted_copy(destination: Any, source: Any, *rest: Any) -> tuple[Any, ...]:
+    """copyto's arguments, a float source converted (and flushed) first when the destination
+    is float32: the copy then only moves, as CuPy's converting copy kernel would."""
+    float32 = isinstance(destination, np.ndarray) and destination.dtype == np.float32
+    if float32 and _is_other_float(source):
+        source = _flushed(np.asarray(source, dtype=np.float32))
+    return (destination, source, *rest)
+
+
+def _converted(result: Any, operands: tuple[Any, ...]) -> bool:
+    """Whether a moving function made float32 out of another float type (a conversion)."""
+    if not isinstance(result, np.ndarray) or result.dtype != np.float32:
+        return False
+    flat = [item for value in operands for item in (value if isinstance(value, list) else [value])]
+    return any(_is_other_float(item) for item in flat if isinstance(item, np.ndarray))
 
 
 class _Namespace:
@@ -423,7 +541,8 @@ class _Namespace:
             return attribute  # dtypes, constants, and questions about dtypes and shapes
         if isinstance(attribute, np.ufunc):
             return _DeviceUfunc(attribute)
-        return _forward(attribute, name, uploads=name in _UPLOADS)
+        computes = name not in _MOVES and name not in _UPLOADS
+        return _forward(attribute, name, uploads=name in _UPLOADS, computes=computes)
 
 
 class _DeviceUfunc:
@@ -432,16 +551,22 @@ class _DeviceUfunc:
     def __init__(self, ufunc: np.ufunc) -> None:
         self._ufunc = ufunc
         self.__name__ = ufunc.__name__
-        self._call = _forward(ufunc, ufunc.__name__)
+        self._computes = ufunc.__name__ not in _MOVES
+        self._call = _forward(ufunc, ufunc.__name__, computes=self._computes)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > self._ufunc.nin:  # outputs given by position: written, not read
+            outputs = args[self._ufunc.nin :]
+            args, kwargs = args[: self._ufunc.nin], {**kwargs, "out": outputs}
         return self._call(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         if name == "at" and self.__name__ not in _SCATTER_UFUNCS:
             raise NotImplementedError(f"{self.__name__}.at: CuPy scatters only with {_SCATTER}")
         attribute = getattr(self._ufunc, name)
-        return _forward(attribute, f"{self.__name__}.{name}") if callable(attribute) else attribute
+        if not callable(attribute):
+            return attribute
+        return _forward(attribute, f"{self.__name__}.{name}", computes=self._computes)
 
 
 class CheckedNamespace(_Namespace):
