@@ -16,12 +16,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from onemodel.backends import BackendUnavailableError, KernelPaths
+from onemodel.tensors import Memory
 from onemodel.tensors.conversions import (
     bfloat16_bits_to_float32,
     cast,
     float16_bits_to_float32,
     float32_to_bfloat16_bits,
     float32_to_float16_bits,
+    float32_to_float64,
+    float64_to_float32,
 )
 from onemodel.tensors.dtypes import DType
 
@@ -455,3 +459,58 @@ def test_float64_to_16_bit_rounds_twice(dst: DType) -> None:
     x = np.concatenate([mid * (1 + e) for e in (2.0**-30, -(2.0**-30), 2.0**-20, -(2.0**-20))])
     x = np.concatenate([x, -x])
     _check_cast(_bits(x).tolist(), DType.DOUBLE, dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# float32 <-> float64 through the bits: NumPy's IEEE conversions, even on a flushing device
+# ---------------------------------------------------------------------------------------------
+
+FLUSHING_OR_NOT = ["numpy", "checked-device", pytest.param("cupy", marks=pytest.mark.gpu)]
+
+
+def _memory(name: str) -> Memory:
+    try:
+        return KernelPaths.get(name).memory
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
+
+
+def _float64_sample() -> np.ndarray:
+    """float64 values whose float32 rounding is hard: every tie and near-tie between adjacent
+    float32 subnormals and around 2^-126 (rounding up into the normals), the subnormal range's
+    random points, and random bits of every exponent."""
+    units = np.arange(0, 1 << 12, dtype=np.float64)
+    ties = np.concatenate([units + 0.5, (1 << 23) - units - 0.5]) * 2.0**-149
+    near = np.concatenate([np.nextafter(ties, 0), np.nextafter(ties, 1)])
+    rng = np.random.default_rng(17)
+    subnormal = rng.random(200_000) * 2.0**-126
+    random = rng.integers(0, 1 << 64, size=200_000, dtype=np.uint64).view(np.float64)
+    values = np.concatenate([ties, near, subnormal, random, [0.0, 2.0**-150, 2.0**-126]])
+    return np.concatenate([values, -values])
+
+
+@pytest.mark.parametrize("backend", FLUSHING_OR_NOT)
+def test_float64_to_float32_rounds_as_numpy_does_subnormals_included(backend: str) -> None:
+    memory, values = _memory(backend), _float64_sample()
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = values.astype(np.float32)
+    got = memory.to_host(float64_to_float32(memory.xp.asarray(values)))
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(_bits(got)[~nan], _bits(expected)[~nan])
+    assert (np.abs(expected) < 2.0**-126).sum() > 100_000  # the subnormals are really tested
+
+
+@pytest.mark.parametrize("backend", FLUSHING_OR_NOT)
+def test_float32_to_float64_is_exact_subnormals_included(
+    backend: str, float32_sample: np.ndarray
+) -> None:
+    memory = _memory(backend)
+    subnormals = np.arange(1 << 23, dtype=np.uint32)[::7].view(np.float32)
+    values = np.concatenate([float32_sample, subnormals, -subnormals])
+    with np.errstate(invalid="ignore"):
+        expected = values.astype(np.float64)
+    got = memory.to_host(float32_to_float64(memory.xp.asarray(values)))
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(_bits(got)[~nan], _bits(expected)[~nan])

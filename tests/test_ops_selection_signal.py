@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conformance_cases import case_params, node_cases, run_case
+from conformance_expected import RANDOM_OUTPUTS
 from onnx import TensorProto
 from operator_harness import assert_matches_onnxruntime as matches_onnxruntime
 from operator_harness import onnxruntime_outputs, refused, run_node
@@ -27,17 +28,13 @@ OP_TYPES = frozenset({
 
 # -- the ONNX backend conformance node cases ------------------------------------------------
 
-CASES = node_cases(OP_TYPES)
-
-EXPECTED_FAILURES = {
-    # Random draws: the expected outputs are one draw of numpy's generator.
-    "test_bernoulli",
-    "test_bernoulli_double",
-    "test_bernoulli_seed",
-}
+# Bernoulli's cases are left out: their expected outputs are one random draw, which a draw of
+# ours matches now and then (a strict xfail there made the suite flaky); its distribution is
+# checked by test_bernoulli_draws_ones_with_the_given_probability instead.
+CASES = {name: case for name, case in node_cases(OP_TYPES).items() if name not in RANDOM_OUTPUTS}
 
 
-@pytest.mark.parametrize("name", case_params(CASES, EXPECTED_FAILURES))
+@pytest.mark.parametrize("name", case_params(CASES))
 def test_conformance(name: str) -> None:
     run_case(CASES[name])
 

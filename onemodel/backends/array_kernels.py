@@ -18,6 +18,7 @@ import numpy as np
 
 from onemodel.backends import exact_arrays
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import IeeeFloat32, store
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
@@ -34,7 +35,9 @@ class ArrayKernels:
     data is read, so a refused call leaves `out` and its version untouched.
 
     `flushes_subnormals` says whether the library's kernels treat subnormal inputs and results
-    as zero (comparisons included); NumPy keeps IEEE subnormals.
+    as zero (comparisons included); NumPy keeps IEEE subnormals. `exact_xp` is the namespace
+    exact mode computes with: `xp` itself, or on a flushing library one whose float32
+    arithmetic goes through float64 (onemodel/backends/ieee_float32.py).
     """
 
     supports_exact = False
@@ -44,6 +47,7 @@ class ArrayKernels:
         self.memory = memory
         self.name = memory.name if name is None else name
         xp = memory.xp
+        self.exact_xp = IeeeFloat32(xp) if self.flushes_subnormals else xp
         self._binary: dict[BinaryOp, Callable[..., Any]] = {
             BinaryOp.ADD: xp.add,
             BinaryOp.SUB: xp.subtract,
@@ -232,13 +236,13 @@ class ArrayKernels:
         result depends only on the K additions in this fixed order, on any machine or device.
         """
         xp = self.xp
-        a64 = a.astype(xp.float64)
-        b64 = b.astype(xp.float64)
+        a64 = exact_arrays.wide(xp, a)
+        b64 = exact_arrays.wide(xp, b)
         total = xp.zeros(out.shape, dtype=xp.float64)
         with np.errstate(all="ignore"):
             for k in range(a.shape[-1]):
                 total += a64[..., :, k, None] * b64[..., None, k, :]
-        out[...] = total
+        store(xp, out, total)
 
     def conv_weights(self, w: Any, group: int) -> Any:
         """W (M, C/group, *K) as `conv_arrays` multiplies it: (group, M/group, C/group·ΠK),

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.ieee_float32 import store, widen
+
 Array = Any  # an array of the backend (numpy.ndarray or cupy.ndarray)
 
 # ln 2 split Cody–Waite style: _LN2_HI keeps 32 significant bits, so k·_LN2_HI is exact for any
@@ -50,8 +52,9 @@ _TWO_OVER_SQRT_PI = float.fromhex("0x1.20dd750429b6dp+0")  # 2/√π rounded to 
 
 
 def wide(xp: Any, x: Array) -> Array:
-    """x as float64, the working type of every floating exact kernel (a copy)."""
-    return x.astype(xp.float64)
+    """x as float64, the working type of every floating exact kernel (a copy; float32
+    subnormals widened from their bits, so a flushing backend keeps them)."""
+    return widen(xp, x)
 
 
 # -- reductions ----------------------------------------------------------------------------
@@ -77,10 +80,11 @@ def ordered_sum(xp: Any, x: Array, axes: Sequence[int]) -> Array:
 def ordered_extremum(xp: Any, x: Array, axes: Sequence[int], largest: bool) -> Array:
     """The max (or min) over `axes` by compare and select in row-major order: a later value
     wins only if strictly greater (smaller), so the first of equal values (−0 and +0 included)
-    wins; the first NaN wins over any number. x's type; shape without `axes`."""
-    rows = _reduced_first(xp, x, axes)
-    best = rows[0, ...].copy()  # an array even when every axis is reduced
+    wins; the first NaN wins over any number. Floats compare (and come back) as float64,
+    other types in their own; shape without `axes`."""
     floating = x.dtype.kind == "f"
+    rows = _reduced_first(xp, wide(xp, x) if floating else x, axes)
+    best = rows[0, ...].copy()  # an array even when every axis is reduced
     for row in range(1, rows.shape[0]):
         values = rows[row]
         take = values > best if largest else values < best
@@ -92,19 +96,20 @@ def ordered_extremum(xp: Any, x: Array, axes: Sequence[int], largest: bool) -> A
 
 def sum_arrays(xp: Any, x: Array, axes: Sequence[int], out: Array) -> None:
     """out = the ordered float64 sum over `axes`, rounded once (out: any shape of that size)."""
-    out[...] = ordered_sum(xp, x, axes).reshape(out.shape)
+    store(xp, out, ordered_sum(xp, x, axes).reshape(out.shape))
 
 
 def mean_arrays(xp: Any, x: Array, axes: Sequence[int], out: Array) -> None:
     """out = the ordered float64 sum over `axes`, divided once by the count, rounded once."""
     count = math.prod(x.shape[a] for a in axes)
     with np.errstate(all="ignore"):
-        out[...] = (ordered_sum(xp, x, axes) / count).reshape(out.shape)
+        mean = (ordered_sum(xp, x, axes) / count).reshape(out.shape)
+    store(xp, out, mean)
 
 
 def extremum_arrays(xp: Any, x: Array, axes: Sequence[int], out: Array, largest: bool) -> None:
     """out = `ordered_extremum` over `axes` (a value of x, so nothing rounds)."""
-    out[...] = ordered_extremum(xp, x, axes, largest).reshape(out.shape)
+    store(xp, out, ordered_extremum(xp, x, axes, largest).reshape(out.shape))
 
 
 # -- windows: convolution and pooling ------------------------------------------------------
@@ -170,7 +175,7 @@ def conv_arrays(
     batch, channels = x.shape[:2]
     out_spatial, kernel = out.shape[2:], w.shape[2:]
     per_group, rank = channels // group, len(kernel)
-    padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+    padded = _padded(xp, wide(xp, x), out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
     padded = padded.reshape(batch, group, per_group, *padded.shape[2:])
     weights = wide(xp, w).reshape(group, w.shape[0] // group, per_group, *kernel)
     total = xp.zeros((batch, group, w.shape[0] // group, *out_spatial), dtype=xp.float64)
@@ -179,7 +184,7 @@ def conv_arrays(
             for taps, view in _taps(padded[:, :, c], out_spatial, kernel, strides, dilations):
                 tap = weights[(slice(None), slice(None), c, *taps)]
                 total += view[:, :, None] * tap.reshape(1, *tap.shape, *(1,) * rank)
-    out[...] = total.reshape(out.shape)
+    store(xp, out, total.reshape(out.shape))
 
 
 def max_pool_arrays(
@@ -200,6 +205,10 @@ def max_pool_arrays(
     """
     floating = x.dtype.kind == "f"
     lowest = -np.inf if floating else np.iinfo(x.dtype).min
+    if floating:  # compared as float64 (exact), so a flushing backend keeps subnormals
+        x, best = wide(xp, x), xp.empty(out.shape, dtype=xp.float64)
+    else:
+        best = out
     out_spatial = out.shape[2:]
     window = (out_spatial, kernel, strides, pads, dilations)
     values = _taps(
@@ -211,15 +220,17 @@ def max_pool_arrays(
         padded_plane = _padded(xp, plane, *window, -1, xp.int64)
         positions = _taps(padded_plane, out_spatial, kernel, strides, dilations)
         indices[...] = -1
-    out[...] = lowest
+    best[...] = lowest
     for _, tap in values:
-        take = tap > out
+        take = tap > best
         if floating:
-            take |= xp.isnan(tap) & ~xp.isnan(out)
-        xp.copyto(out, tap, where=take)
+            take |= xp.isnan(tap) & ~xp.isnan(best)
+        xp.copyto(best, tap, where=take)
         if indices is not None:
             _, position = next(positions)
             xp.copyto(indices, position, where=take | ((indices < 0) & (position >= 0)))
+    if floating:
+        store(xp, out, best)
 
 
 def average_pool_arrays(
@@ -235,13 +246,13 @@ def average_pool_arrays(
     """Each window's float64 sum (from +0, offsets in row-major order; padding adds +0),
     divided once by `divisor` (broadcast to out's spatial shape), rounded once into out."""
     out_spatial = out.shape[2:]
-    padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+    padded = _padded(xp, wide(xp, x), out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
     total = xp.zeros(out.shape, dtype=xp.float64)
     with np.errstate(all="ignore"):
         for _, values in _taps(padded, out_spatial, kernel, strides, dilations):
             total += values
         total /= xp.asarray(divisor, dtype=xp.float64)
-    out[...] = total
+    store(xp, out, total)
 
 
 # -- exp, log, erf -------------------------------------------------------------------------
@@ -304,17 +315,17 @@ def erf64(xp: Any, x: Array) -> Array:
 
 def exp_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = exp(x) by `exp64`, rounded once."""
-    out[...] = exp64(xp, wide(xp, x))
+    store(xp, out, exp64(xp, wide(xp, x)))
 
 
 def log_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = log(x) by `log64`, rounded once."""
-    out[...] = log64(xp, wide(xp, x))
+    store(xp, out, log64(xp, wide(xp, x)))
 
 
 def erf_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = erf(x) by `erf64`, rounded once."""
-    out[...] = erf64(xp, wide(xp, x))
+    store(xp, out, erf64(xp, wide(xp, x)))
 
 
 # -- softmax and layer normalization -------------------------------------------------------
@@ -334,14 +345,14 @@ def softmax_arrays(xp: Any, x: Array, axis: int, out: Array) -> None:
     """out = exp64(d) / Σ exp64(d) along `axis`, d = x − max: one division, rounded once."""
     _, powers, total = _shifted_exp(xp, x, axis)
     with np.errstate(all="ignore"):
-        out[...] = powers / total
+        store(xp, out, powers / total)
 
 
 def log_softmax_arrays(xp: Any, x: Array, axis: int, out: Array) -> None:
     """out = d − log64(Σ exp64(d)) along `axis`, d = x − max: one subtraction, rounded once."""
     shifted, _, total = _shifted_exp(xp, x, axis)
     with np.errstate(all="ignore"):
-        out[...] = shifted - log64(xp, total)
+        store(xp, out, shifted - log64(xp, total))
 
 
 def layer_norm_arrays(
@@ -372,7 +383,7 @@ def layer_norm_arrays(
         values *= wide(xp, scale)
         if bias is not None:
             values += wide(xp, bias)
-    out[...] = values
+    store(xp, out, values)
     for target, statistic in ((mean_out, mean), (inv_std_out, inv_std)):
         if target is not None:
-            target[...] = statistic
+            store(xp, target, statistic)

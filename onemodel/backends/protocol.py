@@ -51,6 +51,7 @@ class Kernels(Protocol):
     memory: Memory
     supports_exact: bool
     flushes_subnormals: bool  # CuPy's kernels read and write subnormals as zeros
+    exact_xp: Any  # the namespace of exact mode: xp, or one that keeps subnormals on a flusher
 
     @property
     def xp(self) -> Any:

@@ -70,6 +70,39 @@ def bfloat16_bits_to_float32(bits: Array) -> Array:
     return _quiet(xp, h.astype(xp.uint32) << 16).view(xp.float32).reshape(shape)
 
 
+# float32 fields, and the scale of its subnormals: below 2^-126 the significand counts 2^-149s.
+_SIGN32 = 0x80000000
+_SIGNIFICAND32 = 0x007FFFFF
+_SMALLEST_NORMAL32 = 2.0**-126
+_SUBNORMAL_UNITS32 = 2.0**149
+
+
+def float32_to_float64(x: Array) -> Array:
+    """float32 values as float64, exactly, subnormals included even where the device's float32
+    conversion flushes them (CuPy's -ftz=true): those are rebuilt from their bits."""
+    xp = array_api_compat.array_namespace(x)
+    bits = x.view(xp.uint32)
+    with np.errstate(invalid="ignore"):  # signalling NaNs become quiet, as intended
+        converted = x.astype(xp.float64)  # right wherever x is not subnormal
+    units = (bits & _SIGNIFICAND32).astype(xp.float64) * (1 / _SUBNORMAL_UNITS32)  # exact
+    small = xp.where(bits >= _SIGN32, -units, units)  # ±0 and the subnormals, sign kept
+    return xp.where((bits >> 23) & 0xFF == 0, small, converted)
+
+
+def float64_to_float32(w: Array) -> Array:
+    """float64 values rounded to nearest float32, ties to even, subnormal results included even
+    where the device's conversion flushes them: there the significand is rint(|w|·2^149), one
+    correctly rounded operation on an exactly scaled value."""
+    xp = array_api_compat.array_namespace(w)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is intended
+        converted = w.astype(xp.float32).view(xp.uint32)  # right where the result is normal
+    magnitude = xp.abs(w)
+    small = magnitude < _SMALLEST_NORMAL32  # NaN compares False and keeps the conversion
+    units = xp.rint(xp.where(small, magnitude, 0.0) * _SUBNORMAL_UNITS32)  # at most 2^23
+    small_bits = units.astype(xp.uint32) | (xp.signbit(w).astype(xp.uint32) << 31)
+    return xp.where(small, small_bits, converted).view(xp.float32)
+
+
 def cast(x: Array, src: DType, dst: DType) -> Array:
     """The reference Cast: one rounding for integers, saturation for floats to integers, and the
     spec's double rounding for float64 to the 16-bit formats, identical on every device.
@@ -153,12 +186,13 @@ def _exact_wide(xp: Any, x: Array, src: DType) -> Array:
 
 def _narrow_float(xp: Any, w: Array, dst: DType) -> Array:
     """Round float32/float64 w into a float dst. float64 goes to the 16-bit types via float32, so
-    it rounds twice, as the spec says; the float64->float32 step is IEEE's RNE cast everywhere."""
+    it rounds twice, as the spec says; the float64->float32 step is IEEE's RNE cast everywhere,
+    subnormals included."""
     if dst == DType.DOUBLE:
-        with np.errstate(invalid="ignore"):  # signalling NaNs become quiet, as intended
-            return w.astype(xp.float64)
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is intended, too
-        f = w.astype(xp.float32)
+        if w.dtype == np.float32:
+            return float32_to_float64(w)
+        return w.astype(xp.float64)
+    f = w if w.dtype == np.float32 else float64_to_float32(w)
     if dst == DType.FLOAT:
         return f
     to_bits = float32_to_float16_bits if dst == DType.FLOAT16 else float32_to_bfloat16_bits

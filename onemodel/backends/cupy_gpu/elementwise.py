@@ -153,8 +153,11 @@ def generated_tail(
     chain: Sequence[tuple[str, tuple[int | None, ...]]], dtype: np.dtype, exact: bool
 ) -> GeneratedTail | None:
     """The tail of a fused chain (op type and sources per member) worth one kernel in
-    `dtype`, or None: the members then run one by one, as on the CPU."""
-    if cuda_type(dtype) is None:
+    `dtype`, or None: the members then run one by one, as on the CPU.
+
+    Exact float32 chains are never generated: CuPy compiles with -ftz=true, which would flush
+    subnormals; member by member, exact mode's namespace keeps them (ieee_float32.py)."""
+    if cuda_type(dtype) is None or (exact and dtype == np.float32):
         return None
     members = [ChainMember(op_type, tuple(sources)) for op_type, sources in chain]
     start = fusible_tail(members, exact)

@@ -207,7 +207,7 @@ class RunContext:
 
     def __init__(self, kernels: Any, exact: bool, arena: Arena | None = None) -> None:
         self.kernels = kernels
-        self.xp = kernels.xp
+        self.xp = kernels.exact_xp if exact else kernels.xp
         self.exact = exact
         self.arena = arena
         self.guard: Any = None  # the current run's RunGuard (cancellation, timeout), if any

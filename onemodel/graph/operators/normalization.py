@@ -113,14 +113,16 @@ class BatchNormalizationOp(Operator):
         with np.errstate(all="ignore"):
             if self.training:
                 mean, var = self._batch_statistics(ctx, x, mean, var, compute, outputs[1:])
-            factor = scale.astype(compute) / xp.sqrt(var.astype(compute) + self.epsilon)
-            shift = bias.astype(compute) - mean.astype(compute) * factor
+            # Namespace calls, not array operators: exact mode's namespace keeps subnormals.
+            deviation = xp.sqrt(xp.add(var.astype(compute), self.epsilon))
+            factor = xp.divide(scale.astype(compute), deviation)
+            shift = xp.subtract(bias.astype(compute), xp.multiply(mean.astype(compute), factor))
             out = outputs[0]
             if x.dtype == compute == out.dtype:  # no widening: straight into the output
                 xp.multiply(x, factor.reshape(shape), out=out)
                 xp.add(out, shift.reshape(shape), out=out)
             else:
-                result = x.astype(compute, copy=False) * factor.reshape(shape)
+                result = xp.multiply(x.astype(compute, copy=False), factor.reshape(shape))
                 xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
 
     def _batch_statistics(

@@ -85,7 +85,7 @@ class ElementwiseUnary(Operator):
     def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
         """`compute` in exact mode: the same, for functions whose ufunc is one correctly rounded
         operation or a selection; functions built from more override it."""
-        self.compute(kernels.xp, x, out)
+        self.compute(kernels.exact_xp, x, out)
 
 
 class Ufunc(ElementwiseUnary):

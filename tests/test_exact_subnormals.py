@@ -1,0 +1,132 @@
+"""Exact mode keeps IEEE subnormals on a backend whose float32 arithmetic flushes them.
+
+CuPy compiles every kernel with -ftz=true, so a float32 add, compare or conversion there reads
+and writes subnormals as zeros. Exact mode promises NumPy's bits on every backend, so its
+kernels must not rest on float32 arithmetic. The checked-device stand-in flushes as CuPy does;
+each case below feeds values at and around the subnormal range and must give numpy-reference's
+bits there (and on "cupy" on a GPU machine). The inputs are chosen so that the flushing would
+show: a case whose stand-in result is compared against a flushing oracle fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onemodel import ExecutionMode, Session, SessionOptions
+from onemodel.backends import BackendUnavailableError, KernelPaths
+from onemodel.graph.importer import model_from_proto
+from tests.operator_harness import one_node_model
+from tests.test_exact_operators import assert_bits
+
+FLUSHING_PATHS = ["checked-device", pytest.param("cupy", marks=pytest.mark.gpu)]
+TINY = np.float32(2.0**-126)  # the smallest normal float32
+
+
+def exact_run(model: object, feeds: dict[str, np.ndarray], backend: str) -> list[np.ndarray]:
+    try:
+        KernelPaths.get(backend)
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
+    options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend, outputs_as="numpy")
+    return Session.create(model_from_proto(model), options).run(None, feeds)
+
+
+def tiny_values(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Subnormals (random bits with exponent 0), the smallest normals and zeros, both signs, and
+    a few ordinary values: the range a flushing kernel gets wrong."""
+    count = int(np.prod(shape))
+    bits = rng.integers(1, 1 << 23, count, dtype=np.uint32)
+    bits[rng.random(count) < 0.15] = 0x00800000  # 2^-126
+    bits[rng.random(count) < 0.05] = 0
+    bits |= (rng.random(count) < 0.5).astype(np.uint32) << 31
+    values = bits.view(np.float32)
+    ordinary = rng.random(count) < 0.1
+    values[ordinary] = rng.standard_normal(int(ordinary.sum())).astype(np.float32)
+    return values.reshape(shape)
+
+
+def _cases() -> dict[str, tuple[str, list[np.ndarray], dict, int]]:
+    rng = np.random.default_rng(5)
+    image = tiny_values(rng, 2, 3, 6, 6)
+    small = (rng.standard_normal((2, 3, 6, 6)) * 2.0**-120).astype(np.float32)
+    weights = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    matrix = tiny_values(rng, 5, 7)
+    return {
+        "add": ("Add", [image, tiny_values(rng, 2, 3, 6, 6)], {}, 17),
+        "sub": ("Sub", [image, tiny_values(rng, 6)], {}, 17),
+        "mul": ("Mul", [small, np.float32([2.0**-5, 0.5, 3.0, -0.75, 1.0, 2.0**-20])], {}, 17),
+        "div": ("Div", [small, np.float32([2.0**5, 3.0, -7.0, 1.5, 1e3, 2.0**10])], {}, 17),
+        "max": ("Max", [image, tiny_values(rng, 2, 3, 6, 6)], {}, 17),
+        "min": ("Min", [image, tiny_values(rng, 6, 6)], {}, 17),
+        "abs": ("Abs", [image], {}, 17),
+        "neg": ("Neg", [image], {}, 17),
+        "relu": ("Relu", [image], {}, 17),
+        "sqrt": ("Sqrt", [np.abs(image)], {}, 17),
+        "floor": ("Floor", [image], {}, 17),
+        "ceil": ("Ceil", [image], {}, 17),
+        "round": ("Round", [image], {}, 17),
+        "sign": ("Sign", [image], {}, 17),
+        "equal": ("Equal", [image, np.zeros(6, np.float32)], {}, 17),
+        "less": ("Less", [image, np.float32(TINY / 2).reshape(1)], {}, 17),
+        "greater": ("Greater", [image, np.zeros(1, np.float32)], {}, 17),
+        "where": ("Where", [image > 0, image, -image], {}, 17),
+        "cast_to_double": ("Cast", [image], {"to": 11}, 17),
+        "cast_from_double": ("Cast", [image.astype(np.float64) * 0.75], {"to": 1}, 17),
+        "cast_to_half": ("Cast", [np.concatenate([small * 2.0**100, image])], {"to": 10}, 17),
+        "conv": ("Conv", [small, weights], {"pads": [1] * 4}, 17),
+        "matmul": ("MatMul", [matrix, tiny_values(rng, 7, 3)], {}, 17),
+        "gemm": ("Gemm", [matrix, tiny_values(rng, 7, 3), tiny_values(rng, 3)], {}, 17),
+        "max_pool": ("MaxPool", [image], {"kernel_shape": [3, 3], "pads": [1] * 4}, 17),
+        "average_pool": ("AveragePool", [small], {"kernel_shape": [2, 2]}, 17),
+        "global_max": ("GlobalMaxPool", [image], {}, 17),
+        "reduce_sum": ("ReduceSum", [image, np.int64([1, 3])], {}, 17),
+        "reduce_mean": ("ReduceMean", [small], {"axes": [2]}, 17),
+        "reduce_max": ("ReduceMax", [image], {"axes": [3]}, 17),
+        "reduce_min": ("ReduceMin", [image], {"axes": [0, 1]}, 17),
+        "softmax": (
+            "Softmax",
+            [np.float32(rng.standard_normal((2, 3, 6, 6)) * 40)],
+            {"axis": 3},
+            13,
+        ),
+        "log_softmax": ("LogSoftmax", [image], {"axis": 1}, 13),
+        "exp": ("Exp", [(rng.random((4, 9)) * -20 - 85).astype(np.float32)], {}, 13),
+        "log": ("Log", [np.abs(image)], {}, 13),
+        "erf": ("Erf", [image], {}, 13),
+        "layer_norm": (
+            "LayerNormalization",
+            [small, np.float32(rng.random(6) * 2.0**-10), tiny_values(rng, 6)],
+            {"axis": -1, "epsilon": 2.0**-130},
+            17,
+        ),
+        "batch_norm": ("BatchNormalization", [small, *_batch_norm_parameters(rng)], {}, 15),
+    }
+
+
+def _batch_norm_parameters(rng: np.random.Generator) -> list[np.ndarray]:
+    """Scale, bias, mean and variance for three channels, with subnormal biases."""
+    scale = np.float32([2.0**-4, 1.0, -0.5])
+    return [scale, tiny_values(rng, 3), np.zeros(3, np.float32), np.ones(3, np.float32)]
+
+
+@pytest.mark.parametrize("backend", FLUSHING_PATHS)
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_exact_results_keep_subnormals_on_a_flushing_backend(case: str, backend: str) -> None:
+    op_type, inputs, attributes, opset = _cases()[case]
+    model, feeds = one_node_model(op_type, inputs, attributes, opset=opset)
+    want = exact_run(model, feeds, "numpy-reference")
+    got = exact_run(model, feeds, backend)
+    for index, (result, wanted) in enumerate(zip(got, want, strict=True)):
+        assert_bits(result, wanted, f"{case} output {index} on {backend}")
+
+
+def test_the_cases_reach_the_subnormal_range() -> None:
+    """Each float case has a subnormal in an input or in numpy-reference's output: otherwise it
+    could not tell a flushing kernel from an IEEE one."""
+    for case, (op_type, inputs, attributes, opset) in _cases().items():
+        model, feeds = one_node_model(op_type, inputs, attributes, opset=opset)
+        values = [*inputs, *exact_run(model, feeds, "numpy-reference")]
+        floats = [v for v in values if v.dtype.kind == "f"]
+        subnormal = [(v != 0) & (np.abs(v) < np.finfo(v.dtype).tiny) for v in floats]
+        assert any(s.any() for s in subnormal), case
