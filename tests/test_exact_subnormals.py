@@ -11,9 +11,11 @@ show: a case whose stand-in result is compared against a flushing oracle fails.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-from onemodel import ExecutionMode, Session, SessionOptions
+from onemodel import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.graph.importer import model_from_proto
 from tests.operator_harness import one_node_model
@@ -70,8 +72,11 @@ def _cases() -> dict[str, tuple[str, list[np.ndarray], dict, int]]:
         "equal": ("Equal", [image, np.zeros(6, np.float32)], {}, 17),
         "less": ("Less", [image, np.float32(TINY / 2).reshape(1)], {}, 17),
         "greater": ("Greater", [image, np.zeros(1, np.float32)], {}, 17),
+        "greater_or_equal": ("GreaterOrEqual", [image, np.float32([TINY / 4])], {}, 17),
+        "less_or_equal": ("LessOrEqual", [image, -image[..., ::-1]], {}, 17),
         "where": ("Where", [image > 0, image, -image], {}, 17),
         "cast_to_double": ("Cast", [image], {"to": 11}, 17),
+        "cast_like": ("CastLike", [image.astype(np.float64) / 3, np.zeros(1, np.float32)], {}, 17),
         "cast_from_double": ("Cast", [image.astype(np.float64) * 0.75], {"to": 1}, 17),
         "cast_to_half": ("Cast", [np.concatenate([small * 2.0**100, image])], {"to": 10}, 17),
         "conv": ("Conv", [small, weights], {"pads": [1] * 4}, 17),
@@ -80,6 +85,7 @@ def _cases() -> dict[str, tuple[str, list[np.ndarray], dict, int]]:
         "max_pool": ("MaxPool", [image], {"kernel_shape": [3, 3], "pads": [1] * 4}, 17),
         "average_pool": ("AveragePool", [small], {"kernel_shape": [2, 2]}, 17),
         "global_max": ("GlobalMaxPool", [image], {}, 17),
+        "global_average": ("GlobalAveragePool", [small], {}, 17),
         "reduce_sum": ("ReduceSum", [image, np.int64([1, 3])], {}, 17),
         "reduce_mean": ("ReduceMean", [small], {"axes": [2]}, 17),
         "reduce_max": ("ReduceMax", [image], {"axes": [3]}, 17),
@@ -119,6 +125,55 @@ def test_exact_results_keep_subnormals_on_a_flushing_backend(case: str, backend:
     got = exact_run(model, feeds, backend)
     for index, (result, wanted) in enumerate(zip(got, want, strict=True)):
         assert_bits(result, wanted, f"{case} output {index} on {backend}")
+
+
+def _fused_chain() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """MatMul, then Add, Relu and Mul: at level ALL one Fused step, which on CuPy could have
+    been a generated kernel."""
+    rng = np.random.default_rng(8)
+    bias, scale = tiny_values(rng, 6), np.float32(rng.random(6) * 2.0**-8)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "bias"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Mul", ["r", "scale"], ["y"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(v, n)
+        for n, v in (("w", np.float32(rng.standard_normal((5, 6)) * 2.0**-64)), ("bias", bias),
+                     ("scale", scale))
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "fused_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": np.float32(rng.standard_normal((4, 5)) * 2.0**-64)}
+
+
+@pytest.mark.parametrize("backend", FLUSHING_PATHS)
+def test_a_fused_exact_chain_keeps_subnormals(backend: str) -> None:
+    model, feeds = _fused_chain()
+    fused = _session(model, backend, OptimizationLevel.ALL)
+    assert fused.graph_summary["nodes"] == 1  # the four nodes are one Fused step
+    want = _session(model, "numpy-reference", OptimizationLevel.NONE).run(None, feeds)[0]
+    got = fused.run(None, feeds)[0]
+    assert ((want != 0) & (np.abs(want) < TINY)).any()
+    assert_bits(got, want, f"fused chain on {backend}")
+
+
+def _session(model: onnx.ModelProto, backend: str, level: OptimizationLevel) -> Session:
+    try:
+        KernelPaths.get(backend)
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
+    options = SessionOptions(
+        mode=ExecutionMode.EXACT, backend=backend, outputs_as="numpy", optimization_level=level
+    )
+    return Session.create(model_from_proto(model), options)
 
 
 def test_the_cases_reach_the_subnormal_range() -> None:
