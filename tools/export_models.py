@@ -354,17 +354,22 @@ class BasicBlock(nn.Module):
         return torch.relu(self.project(x) + self.second(torch.relu(self.first(x))))
 
 
+def resnet_stem() -> nn.Sequential:
+    """7x7/2 convolution to 64 channels, BatchNorm, ReLU, 3x3/2 max pooling."""
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, stride=2, padding=1),
+    )
+
+
 class ResNet18(nn.Module):
     """ResNet-18 written out (no torchvision): (batch, 3, 224, 224) → (batch, 1000)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(),
-            nn.MaxPool2d(3, stride=2, padding=1),
-        )
+        self.stem = resnet_stem()
         blocks, cin = [], 64
         for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
             blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
@@ -376,16 +381,60 @@ class ResNet18(nn.Module):
         return self.head(self.blocks(self.stem(x)))
 
 
-class Bert(nn.Module):
-    """A BERT-style encoder (BERT-small sizes: 4 layers, 512 wide, 8 heads) on token ids:
-    token + position embeddings, LayerNorm, post-norm encoder layers, (batch, seq, 512)."""
+class Bottleneck(nn.Module):
+    """ResNet-50's bottleneck: 1x1 down to `mid`, 3x3 (strided), 1x1 up to 4·mid, with a
+    strided 1x1 projection when the shape changes."""
 
-    def __init__(self, vocab: int = 30522, d_model: int = 512, layers: int = 4) -> None:
+    def __init__(self, cin: int, mid: int, stride: int) -> None:
+        super().__init__()
+        cout = 4 * mid
+        self.reduce = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid))
+        self.spatial = conv_bn(mid, mid, stride)
+        self.expand = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.project = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.expand(torch.relu(self.spatial(torch.relu(self.reduce(x)))))
+        return torch.relu(self.project(x) + y)
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 written out (no torchvision): (batch, 3, 224, 224) → (batch, 1000)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = resnet_stem()
+        blocks, cin = [], 64
+        for mid, count, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for index in range(count):
+                blocks.append(Bottleneck(cin, mid, stride if index == 0 else 1))
+                cin = 4 * mid
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
+
+
+class Bert(nn.Module):
+    """A BERT-style encoder on token ids: token + position embeddings, LayerNorm, post-norm
+    encoder layers, (batch, seq, d_model). The defaults are BERT-small's sizes (4 layers, 512
+    wide, 8 heads); BERT-base is 12 layers, 768 wide, 12 heads."""
+
+    def __init__(
+        self, vocab: int = 30522, d_model: int = 512, layers: int = 4, nhead: int = 8
+    ) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(512, d_model)
         self.norm = nn.LayerNorm(d_model)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, 8, 4 * d_model) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, nhead, 4 * d_model) for _ in range(layers)
+        )
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1]).unsqueeze(0)
@@ -445,8 +494,13 @@ def bench_build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str],
         randomise_batchnorm(model, torch.Generator().manual_seed(1))
         inputs = {"image": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
         outputs, axes = ["logits"], {"image": {0: "batch"}, "logits": {0: "batch"}}
-    elif name == "bert_seq128":
-        model = Bert()
+    elif name == "resnet50_224":
+        model = ResNet50()
+        randomise_batchnorm(model, torch.Generator().manual_seed(1))
+        inputs = {"image": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+        outputs, axes = ["logits"], {"image": {0: "batch"}, "logits": {0: "batch"}}
+    elif name in ("bert_seq128", "bert_base_seq128"):
+        model = Bert() if name == "bert_seq128" else Bert(d_model=768, layers=12, nhead=12)
         randomise_layernorm(model, torch.Generator().manual_seed(1))
         inputs = {"input_ids": rng.integers(0, 30522, size=(1, 128), dtype=np.int64)}
         outputs = ["hidden"]
@@ -468,10 +522,15 @@ def bench_build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str],
     return model, inputs, outputs, options
 
 
-def export_bench(name: str, out: Path) -> None:
-    """Export one benchmark-set model, check onnxruntime against torch, save its inputs."""
-    model, inputs, output_names, options = bench_build(name)
-    path = out / f"{name}.onnx"
+def export_onnx(
+    model: nn.Module,
+    inputs: dict[str, np.ndarray],
+    output_names: list[str],
+    options: dict,
+    path: Path,
+) -> tuple[torch.Tensor, ...]:
+    """Export `model` at OPSET with the TorchScript exporter and check the file; the example
+    inputs as torch tensors."""
     args = tuple(torch.from_numpy(array) for array in inputs.values())
     torch.onnx.export(
         model,
@@ -484,6 +543,14 @@ def export_bench(name: str, out: Path) -> None:
         **options,
     )
     onnx.checker.check_model(str(path), full_check=True)
+    return args
+
+
+def export_bench(name: str, out: Path) -> None:
+    """Export one benchmark-set model, check onnxruntime against torch, save its inputs."""
+    model, inputs, output_names, options = bench_build(name)
+    path = out / f"{name}.onnx"
+    args = export_onnx(model, inputs, output_names, options, path)
     with torch.no_grad():
         expected = model(*args)
     expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
@@ -504,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bench-set",
         action="store_true",
-        help=f"export the benchmark set ({', '.join(BENCH_SET)}) to {BENCH_OUT} instead",
+        help=f"export the benchmark set ({', '.join(BENCH_SET)}) to {BENCH_OUT} instead "
+        "(also builds resnet50_224 and bert_base_seq128, the GPU benchmark's models, by name)",
     )
     parser.add_argument("models", nargs="*")
     args = parser.parse_args(argv)

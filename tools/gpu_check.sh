@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks of the CuPy backend in one run, sized for under 8 minutes on one GPU
-# (docs/gpu.md): the gpu-marked tests, the ONNX conformance suite with the CuPy adapter (pass
-# counts by kind), the exact golden files on cupy, and `onemodel bench` on the GPU.
+# The GPU checks of the CuPy backend in one run, sized for under 10 minutes on one GPU
+# (docs/gpu.md): the gpu-marked tests, the exact golden files on cupy, the GPU benchmark
+# (tools/gpu_bench.py: ResNet-50 and BERT-base at batch 1 and 32 against torch), the ONNX
+# conformance suite with the CuPy adapter (pass counts by kind) and `onemodel bench`.
 # Each step has its own time limit and the script goes on after a failure or a timeout, so a
 # slow step never costs the others; logs go to $OUT (default /tmp/gpu_check).
 set -uo pipefail
@@ -28,8 +29,8 @@ counts() {  # pass counts by suite kind from a verbose pytest log, complete or c
 }
 
 echo "== machine"
-pip install --no-deps -q -e . 2>&1 | tail -n 2
-python - <<'EOF'
+python3 -m pip install --no-deps -q -e . 2>&1 | tail -n 2
+python3 - <<'EOF'
 import cupy
 from onemodel.backends import KernelPaths
 properties = cupy.cuda.runtime.getDeviceProperties(0)
@@ -37,12 +38,14 @@ print("   cupy", cupy.__version__, "| device:", properties["name"].decode(),
       "| best backend:", KernelPaths.best().name)
 EOF
 
-step gpu-tests 120 python -m pytest -q -m gpu -p no:cacheprovider tests
-step exact-golden 60 python -m pytest -q -p no:cacheprovider tests/test_exact_golden.py -k cupy
-TAIL=40 step conformance-cuda 240 python -m pytest -v -rf -p no:cacheprovider \
+step gpu-tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+step exact-golden 45 python3 -m pytest -q -p no:cacheprovider tests/test_exact_golden.py -k cupy
+TAIL=20 step gpu-bench 240 python3 tools/gpu_bench.py --out /tmp/gpu_bench_models \
+    --json "$OUT/gpu_bench.json"  # the exported models (~0.5 GB) stay out of $OUT
+TAIL=40 step conformance-cuda 180 python3 -m pytest -v -rf -p no:cacheprovider \
     tests/test_conformance.py -k _cuda
 echo "   counts by kind (also when cut short):"
 counts "$OUT/conformance-cuda.log"
-step bench 60 python -m onemodel.cli bench tests/models/cnn.onnx tests/models/transformer.onnx \
+step bench 30 python3 -m onemodel.cli bench tests/models/cnn.onnx tests/models/transformer.onnx \
     --in-process --vs "" --iterations 20 --warmup 3 --json "$OUT/bench.json"
 echo "== done in ${SECONDS}s; logs in $OUT"
