@@ -68,6 +68,22 @@ def test_only_cupys_element_types_exist_on_the_device(dtype) -> None:
         device(np.zeros(4, np.uint8)).view(dtype)
 
 
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        lambda: checked_xp.insert,  # NumPy functions CuPy does not have
+        lambda: checked_xp.errstate,
+        lambda: checked_xp.lib.stride_tricks.broadcast_to,
+        lambda: device(np.zeros(3, np.float32)).resize,  # nor this ndarray method
+    ],
+    ids=["insert", "errstate", "submodule", "method"],
+)
+def test_only_the_names_cupy_has_exist_on_the_device(lookup) -> None:
+    with pytest.raises(AttributeError, match="has no"):
+        lookup()
+    assert checked_xp.lib.stride_tricks.as_strided is not None  # while CuPy's own ones exist
+
+
 def test_every_device_to_host_copy_is_counted_with_its_origin() -> None:
     x = device(np.arange(4, dtype=np.int64))
     with TRANSFERS.recording() as transfers:

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.checked_device import cupy_names
+
 # CuPy's element types: NumPy's numeric kinds (ml_dtypes' are kind "V"), no long doubles.
 DEVICE_KINDS = "biufc"
 _REFUSED_NAMES = frozenset({"float128", "longdouble", "clongdouble", "complex256", "object_"})
@@ -42,7 +44,7 @@ _UPLOADS = frozenset({"array", "asarray", "asanyarray", "ascontiguousarray", "co
 # Functions of dtypes and shapes, answered on the host as CuPy answers them there.
 _HOST_ANSWERS = frozenset({
     "dtype", "finfo", "iinfo", "result_type", "promote_types", "can_cast", "issubdtype",
-    "isdtype", "broadcast_shapes", "ndim", "shape", "size", "isscalar", "errstate",
+    "isdtype", "broadcast_shapes", "ndim", "shape", "size", "isscalar",
 })  # fmt: skip
 # The ufuncs whose `at` CuPy implements (with its scatter kernels); others raise there.
 _SCATTER_UFUNCS = frozenset({"add", "subtract", "maximum", "minimum"})
@@ -62,8 +64,6 @@ _MOVES = frozenset({
 })  # fmt: skip
 # The smallest normal float32: below it (and above zero) a float32 is subnormal.
 _TINY32 = np.float32(2.0**-126)
-# CuPy's submodules of NumPy's names (cupy.lib.stride_tricks.as_strided included).
-_SUBMODULES = frozenset({"linalg", "fft", "random", "lib", "stride_tricks"})
 
 
 def check_device_dtype(dtype: Any) -> np.dtype:
@@ -261,6 +261,8 @@ class DeviceArray:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in {"ctypes", "tobytes", "tofile", "base", "flat"}:
             raise AttributeError(f"device arrays have no {name!r} the host could read")
+        if name not in cupy_names.NDARRAY:
+            raise AttributeError(f"cupy.ndarray ({cupy_names.CUPY_VERSION}) has no {name!r}")
         attribute = getattr(self._host, name)
         if callable(attribute):
             return _forward(attribute, name, computes=name not in _MOVES)
@@ -513,11 +515,14 @@ def _converted(result: Any, operands: tuple[Any, ...]) -> bool:
 
 
 class _Namespace:
-    """NumPy's functions of the same names, behind the device wall."""
+    """NumPy's functions of the same names, behind the device wall; only the names CuPy has
+    (`cupy_names`), so code calling a NumPy function CuPy lacks fails here as on a GPU."""
 
-    def __init__(self, numpy_module: ModuleType, name: str) -> None:
+    def __init__(self, numpy_module: ModuleType, name: str, cupy_name: str = "") -> None:
         self._numpy = numpy_module
         self.__name__ = name
+        self._cupy_name = cupy_name  # "" for the top level, else "linalg", "lib.stride_tricks"
+        self._cupy_names = cupy_names.SUBMODULES[cupy_name] if cupy_name else cupy_names.NAMESPACE
         self._cache: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -532,11 +537,17 @@ class _Namespace:
         return cached
 
     def _member(self, name: str) -> Any:
+        if name not in self._cupy_names:
+            where = f"cupy.{self._cupy_name}" if self._cupy_name else "cupy"
+            raise AttributeError(
+                f"{self.__name__} has no {name!r}: {where} {cupy_names.CUPY_VERSION} lacks it"
+            )
         attribute = getattr(self._numpy, name)
         if isinstance(attribute, ModuleType):
-            if name not in _SUBMODULES:
+            qualified = f"{self._cupy_name}.{name}" if self._cupy_name else name
+            if qualified not in cupy_names.SUBMODULES:
                 raise AttributeError(f"{self.__name__} has no submodule {name!r}")
-            return _Namespace(attribute, f"{self.__name__}.{name}")
+            return _Namespace(attribute, f"{self.__name__}.{name}", qualified)
         if isinstance(attribute, type) or not callable(attribute) or name in _HOST_ANSWERS:
             return attribute  # dtypes, constants, and questions about dtypes and shapes
         if isinstance(attribute, np.ufunc):
