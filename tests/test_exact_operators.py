@@ -33,7 +33,7 @@ def exact_run(
         KernelPaths.get(backend)
     except BackendUnavailableError as error:
         pytest.skip(str(error))
-    options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend)
+    options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend, outputs_as="numpy")
     return Session.create(model_from_proto(model), options).run(None, feeds)
 
 
@@ -626,3 +626,46 @@ def test_data_movement_and_single_operations_are_flagged_exact(op_type: str) -> 
 
     definition = optable.resolve("", op_type, onnx.defs.onnx_opset_version())
     assert definition is not None and definition.factory.supports_exact
+
+
+# -- scatter reductions: repeated places take their updates in index order ------------------
+
+
+def _scatter_oracle(data: np.ndarray, places: tuple, updates: np.ndarray, reduction: str):
+    """The updates applied one at a time, in index order (the last one wins for "none")."""
+    out = data.copy()
+    combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+    for index in np.ndindex(updates.shape[: places[0].ndim]):
+        place = tuple(int(p[index]) for p in places)
+        value = updates[index]
+        out[place] = value if reduction == "none" else combine[reduction](out[place], value)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy-reference", "numpy", "checked-device"])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_reductions_apply_repeats_in_index_order(backend: str, reduction: str) -> None:
+    """Many updates per place, of magnitudes whose sums depend on the order (and subnormals,
+    which a flushing backend must keep): every backend gives the sequential result's bits."""
+    rng = np.random.default_rng(61)
+    data = (rng.standard_normal((4, 5)) * 1e3).astype(np.float32)
+    magnitudes = rng.choice(np.float32([1e-40, 1e-3, 1.0, 1e7]), (6, 3, 5))
+    updates = (rng.standard_normal((6, 3, 5)) * magnitudes).astype(np.float32)
+    indices = rng.integers(0, 4, (6, 3, 1))  # ScatterND: 18 row updates onto 4 rows
+    model, feeds = one_node_model(
+        "ScatterND", [data, indices, updates], {"reduction": reduction}, opset=18
+    )
+    want = _scatter_oracle(data, (indices[..., 0],), updates, reduction)
+    (got,) = exact_run(model, feeds, backend)
+    assert_bits(got, canonical(want), f"ScatterND {reduction} on {backend}")
+
+    element_indices = rng.integers(-4, 4, (7, 5))  # ScatterElements on axis 0, negatives too
+    element_updates = updates.reshape(-1)[:35].reshape(7, 5)
+    model, feeds = one_node_model(
+        "ScatterElements", [data, element_indices, element_updates],
+        {"axis": 0, "reduction": reduction}, opset=18,
+    )  # fmt: skip
+    columns = np.broadcast_to(np.arange(5), (7, 5))
+    want = _scatter_oracle(data, (element_indices % 4, columns), element_updates, reduction)
+    (got,) = exact_run(model, feeds, backend)
+    assert_bits(got, canonical(want), f"ScatterElements {reduction} on {backend}")

@@ -19,19 +19,10 @@ from onemodel import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.graph.importer import model_from_proto
 from tests.operator_harness import one_node_model
-from tests.test_exact_operators import assert_bits
+from tests.test_exact_operators import assert_bits, exact_run
 
 FLUSHING_PATHS = ["checked-device", pytest.param("cupy", marks=pytest.mark.gpu)]
 TINY = np.float32(2.0**-126)  # the smallest normal float32
-
-
-def exact_run(model: object, feeds: dict[str, np.ndarray], backend: str) -> list[np.ndarray]:
-    try:
-        KernelPaths.get(backend)
-    except BackendUnavailableError as error:
-        pytest.skip(str(error))
-    options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend, outputs_as="numpy")
-    return Session.create(model_from_proto(model), options).run(None, feeds)
 
 
 def tiny_values(rng: np.random.Generator, *shape: int) -> np.ndarray:

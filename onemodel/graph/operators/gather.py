@@ -193,7 +193,12 @@ class GatherNDOp(TupleIndexingOperator):
 class ScatterReduction:
     """How an update combines with the element it lands on: reduction "none" (replace; of
     repeated positions one update wins, which ONNX leaves undefined), add/mul (opset 16),
-    max/min (opset 18). Reductions use ufunc.at, which applies every repeated update."""
+    max/min (opset 18). Reductions use ufunc.at, which applies every repeated update.
+
+    Exact mode defines the order: the updates landing on one place apply in their index order
+    (so with "none" the last one wins). NumPy's ufunc.at happens to do that, CuPy's scatters
+    with atomics in no fixed order, so exact mode applies the updates in rounds instead
+    (`_apply_in_order`), the same code on every backend."""
 
     _UFUNCS: ClassVar[dict[str, str]] = {
         "add": "add",
@@ -211,6 +216,9 @@ class ScatterReduction:
             )
 
     def apply(self, ctx: RunContext, out: Array, position: tuple, updates: Array) -> None:
+        if ctx.exact:
+            self._apply_in_order(ctx, out, position, updates)
+            return
         if self.name == "none":
             out[position] = updates
             return
@@ -222,6 +230,32 @@ class ScatterReduction:
             host = to_host(out)
             getattr(np, ufunc).at(host, tuple(to_host(p) for p in position), to_host(updates))
             ctx.xp.copyto(out, ctx.xp.asarray(host))
+
+    def _apply_in_order(self, ctx: RunContext, out: Array, position: tuple, updates: Array) -> None:
+        """Round r applies the r-th update of every place: within a round no place repeats,
+        so a gather, combine and scatter is exact, and places see their updates in index
+        order. Ranks come from a stable sort of the places (one host read: the round count)."""
+        xp = ctx.xp
+        places = xp.broadcast_arrays(*position)
+        count = element_count(places[0].shape)
+        if count == 0:
+            return
+        strides = contiguous_strides(out.shape[: len(places)])
+        flat = sum(
+            p.reshape(-1).astype(xp.int64) * stride
+            for p, stride in zip(places, strides, strict=True)
+        )
+        order = xp.argsort(flat, kind="stable")
+        ordered = flat[order]
+        rank = xp.empty_like(ordered)
+        rank[order] = xp.arange(count, dtype=xp.int64) - xp.searchsorted(ordered, ordered)
+        values = updates.reshape(count, *out.shape[len(places) :])
+        combine = None if self.name == "none" else getattr(xp, self._UFUNCS[self.name])
+        for round_ in range(int(rank.max()) + 1):
+            chosen = xp.nonzero(rank == round_)[0]
+            where = tuple(p.reshape(-1)[chosen] for p in places)
+            update = values[chosen]
+            out[where] = update if combine is None else combine(out[where], update)
 
 
 class ScatterElementsOp(ElementwiseIndexingOperator):
