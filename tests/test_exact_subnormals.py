@@ -71,6 +71,7 @@ def _cases() -> dict[str, tuple[str, list[np.ndarray], dict, int]]:
         "cast_from_double": ("Cast", [image.astype(np.float64) * 0.75], {"to": 1}, 17),
         "cast_to_half": ("Cast", [np.concatenate([small * 2.0**100, image])], {"to": 10}, 17),
         "conv": ("Conv", [small, weights], {"pads": [1] * 4}, 17),
+        "conv_bias": ("Conv", [small, weights, tiny_values(rng, 4)], {"pads": [1] * 4}, 17),
         "matmul": ("MatMul", [matrix, tiny_values(rng, 7, 3)], {}, 17),
         "gemm": ("Gemm", [matrix, tiny_values(rng, 7, 3), tiny_values(rng, 3)], {}, 17),
         "max_pool": ("MaxPool", [image], {"kernel_shape": [3, 3], "pads": [1] * 4}, 17),
