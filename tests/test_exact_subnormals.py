@@ -19,7 +19,7 @@ from onemodel import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.graph.importer import model_from_proto
 from tests.operator_harness import one_node_model
-from tests.test_exact_operators import assert_bits, exact_run
+from tests.test_exact_operators import assert_bits, assert_reference_bits, exact_run
 
 FLUSHING_PATHS = ["checked-device", pytest.param("cupy", marks=pytest.mark.gpu)]
 TINY = np.float32(2.0**-126)  # the smallest normal float32
@@ -111,12 +111,7 @@ def _batch_norm_parameters(rng: np.random.Generator) -> list[np.ndarray]:
 @pytest.mark.parametrize("backend", FLUSHING_PATHS)
 @pytest.mark.parametrize("case", sorted(_cases()))
 def test_exact_results_keep_subnormals_on_a_flushing_backend(case: str, backend: str) -> None:
-    op_type, inputs, attributes, opset = _cases()[case]
-    model, feeds = one_node_model(op_type, inputs, attributes, opset=opset)
-    want = exact_run(model, feeds, "numpy-reference")
-    got = exact_run(model, feeds, backend)
-    for index, (result, wanted) in enumerate(zip(got, want, strict=True)):
-        assert_bits(result, wanted, f"{case} output {index} on {backend}")
+    assert_reference_bits(case, *_cases()[case], backend)
 
 
 def _fused_chain() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
