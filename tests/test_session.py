@@ -364,6 +364,33 @@ def test_dynamic_steps_are_shaped_in_every_run_and_outputs_stay_the_callers():
     assert error.value.kind is ErrorKind.INVALID_INPUT
 
 
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_view_made_in_the_run_keeps_its_source_block_alive(checked: bool) -> None:
+    """Reshape by a fed shape is a view made in the run: the slab block of `a` it views must
+    not go to `b` (or be poisoned, in checked mode) before the view's reader runs. It once
+    did: c came out as b + b."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [1])
+    c = helper.make_tensor_value_info("c", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Add", ["x", "one"], ["a"]),
+        helper.make_node("Reshape", ["a", "shape"], ["v"]),
+        helper.make_node("Mul", ["x", "three"], ["b"]),
+        helper.make_node("Add", ["v", "b"], ["c"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.float32(1), "one"),
+        numpy_helper.from_array(np.float32(3), "three"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x, shape], [c], constants)
+    session = session_for(
+        helper.make_model(graph), optimization_level=OptimizationLevel.NONE, checked=checked
+    )
+    values = np.arange(4, dtype=np.float32)
+    (result,) = session.run(None, {"x": values, "shape": np.array([4])})
+    np.testing.assert_array_equal(result, (values + 1) + 3 * values)
+
+
 def test_scalar_inputs_keep_rank_zero():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])

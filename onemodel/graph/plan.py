@@ -275,6 +275,14 @@ class ExecutionPlan:
             for value_id in step.inputs:
                 if value_id != ABSENT:
                     readers.setdefault(value_id, []).append(index)
+        # A dynamic step of a view operator (Reshape, Unsqueeze ... shaped only in the run)
+        # makes its output a view of its input then: the input's block must outlive the
+        # view's readers too. Latest steps first, so a view of a view reaches the root.
+        for step in reversed(self.steps):
+            view_of = step.node.operator.view_of_input
+            if step.kind is StepKind.DYNAMIC and view_of is not None:
+                source = step.inputs[view_of]
+                readers.setdefault(source, []).extend(readers.get(step.outputs[0], ()))
         self.in_slab: set[int] = set()
         self.per_run: set[int] = set()  # static outputs given a new array in every run
         values, steps = [], []
