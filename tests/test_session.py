@@ -365,16 +365,27 @@ def test_dynamic_steps_are_shaped_in_every_run_and_outputs_stay_the_callers():
 
 
 @pytest.mark.parametrize("checked", [False, True])
-def test_a_view_made_in_the_run_keeps_its_source_block_alive(checked: bool) -> None:
-    """Reshape by a fed shape is a view made in the run: the slab block of `a` it views must
-    not go to `b` (or be poisoned, in checked mode) before the view's reader runs. It once
-    did: c came out as b + b."""
+@pytest.mark.parametrize(
+    "holder",
+    [
+        [helper.make_node("Reshape", ["a", "shape"], ["v"])],
+        [
+            helper.make_node("Optional", ["a"], ["o"]),
+            helper.make_node("OptionalGetElement", ["o"], ["v"]),
+        ],
+    ],
+    ids=["dynamic-view", "optional"],
+)  # fmt: skip
+def test_a_value_held_past_its_planned_readers_keeps_its_block(holder, checked: bool) -> None:
+    """`a` lives in the slab; a view of it made in the run (Reshape by a fed shape) or an
+    optional holding it outlives the steps that read `a` itself. Its block must not go to `b`
+    (or be poisoned, in checked mode) before `v` is read: c once came out as b + b."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
     shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [1])
     c = helper.make_tensor_value_info("c", TensorProto.FLOAT, None)
     nodes = [
         helper.make_node("Add", ["x", "one"], ["a"]),
-        helper.make_node("Reshape", ["a", "shape"], ["v"]),
+        *holder,
         helper.make_node("Mul", ["x", "three"], ["b"]),
         helper.make_node("Add", ["v", "b"], ["c"]),
     ]

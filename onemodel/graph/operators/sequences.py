@@ -128,10 +128,16 @@ class ConcatFromSequenceOp(SequenceOperator):
 
 
 class OptionalOp(SequenceOperator):
-    """An optional holding the input, or an empty one of the `type` attribute."""
+    """An optional holding (a copy of) the input, or an empty one of the `type` attribute.
+
+    A copy, as SequenceConstruct makes: the input may live in the run's slab, whose block goes
+    to another value after its last planned reader, while the optional lives on."""
 
     def run(self, ctx: RunContext, inputs: Sequence[Any], outputs: Any) -> list:
-        return [inputs[0] if inputs else None]
+        if not inputs or inputs[0] is None:
+            return [None]
+        value = inputs[0]
+        return [list(value) if isinstance(value, list) else ctx.xp.array(value)]
 
 
 class OptionalHasElementOp(SequenceOperator):
