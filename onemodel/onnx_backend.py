@@ -37,9 +37,13 @@ class OnemodelRep(BackendRep):
 
 
 class OnemodelBackend(Backend):
+    # SessionOptions.checked for the sessions it makes (None: the ONEMODEL_CHECKED default).
+    checked: bool | None = None
+
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> OnemodelRep:
-        options = SessionOptions(backend=DEVICE_BACKENDS[device.split(":")[0]])
+        backend = DEVICE_BACKENDS[device.split(":")[0]]
+        options = SessionOptions(backend=backend, checked=cls.checked)
         return OnemodelRep(Session.create(model_from_proto(model), options))
 
     @classmethod
