@@ -115,25 +115,54 @@ def _relayout(array: np.ndarray, how: int) -> np.ndarray:
 
 
 def run_case(kind: str, data: bytes) -> str:
-    """The outcome of one case, inside the worker."""
-    from onemodel import Session, SessionError
+    """The outcome of one case, inside the worker. A result is also computed in checked mode
+    (dead memory poisoned), which must give the same bits: a difference means some value was
+    read after its memory went to another one."""
+    from onemodel import Session, SessionError, SessionOptions
 
     try:
-        session = Session.load(data)
+        session = Session.load(data, SessionOptions(checked=False))
         feeds = _inputs(session)
         results = session.run(None, feeds)
+        checked = Session.load(data, SessionOptions(checked=True)).run(None, feeds)
+        if not _same_bits(results, checked):
+            return "OTHER different result in checked mode"
         if kind == "layout":
             for how in range(3):
                 moved = {k: _relayout(v, how) for k, v in feeds.items()}
                 again = session.run(None, moved)
-                for a, b in zip(results, again, strict=True):
-                    if a.tobytes() != b.tobytes():
-                        return f"different result with layout {how}"
+                if not _same_bits(results, again):
+                    return f"different result with layout {how}"
         return "result"
     except SessionError as error:
         return f"SessionError {error.kind.name}"
     except Exception as error:  # the finding this fuzzer exists for
         return f"OTHER {type(error).__name__}: {str(error)[:160]}"
+
+
+def _same_bits(first: object, second: object) -> bool:
+    """Equal outputs, bit for bit apart from NaN payloads; sequences element by element."""
+    if isinstance(first, (list, tuple)):
+        return (
+            isinstance(second, (list, tuple))
+            and len(first) == len(second)
+            and all(_same_bits(a, b) for a, b in zip(first, second, strict=True))
+        )
+    if isinstance(first, np.ndarray):
+        if not isinstance(second, np.ndarray) or (first.dtype, first.shape) != (
+            second.dtype,
+            second.shape,
+        ):
+            return False
+        if first.dtype.kind == "f":
+            nan = np.isnan(first)
+            return bool((nan == np.isnan(second)).all()) and (
+                first[~nan].tobytes() == second[~nan].tobytes()
+            )
+        if first.dtype.kind == "O":
+            return bool((first == second).all())
+        return first.tobytes() == second.tobytes()
+    return first == second
 
 
 def worker() -> None:
