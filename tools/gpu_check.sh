@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks of the CuPy backend in one run, sized for under 10 minutes on one GPU
+# The GPU checks of the CuPy backend in one run, sized for at most 10 minutes on one GPU
 # (docs/gpu.md): the gpu-marked tests, the exact golden files on cupy, the GPU benchmark
-# (tools/gpu_bench.py: ResNet-50 and BERT-base at batch 1 and 32 against torch), the ONNX
-# conformance suite with the CuPy adapter (pass counts by kind) and `onemodel bench`.
+# (tools/gpu_bench.py: ResNet-50 and BERT-base at batch 1 and 32 against torch), the exact
+# parity sweep on cupy, the ONNX conformance suite with the CuPy adapter (pass counts by kind)
+# and `onemodel bench`.
 # Each step has its own time limit and the script goes on after a failure or a timeout, so a
 # slow step never costs the others; logs go to $OUT (default /tmp/gpu_check).
 set -uo pipefail
@@ -38,11 +39,13 @@ print("   cupy", cupy.__version__, "| device:", properties["name"].decode(),
       "| best backend:", KernelPaths.best().name)
 EOF
 
-step gpu-tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests
+step gpu-tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests \
+    --ignore tests/test_exact_parity_sweep.py
 step exact-golden 45 python3 -m pytest -q -p no:cacheprovider tests/test_exact_golden.py -k cupy
-TAIL=20 step gpu-bench 240 python3 tools/gpu_bench.py --out /tmp/gpu_bench_models \
+TAIL=20 step gpu-bench 200 python3 tools/gpu_bench.py --out /tmp/gpu_bench_models \
     --json "$OUT/gpu_bench.json"  # the exported models (~0.5 GB) stay out of $OUT
-TAIL=40 step conformance-cuda 180 python3 -m pytest -v -rf -p no:cacheprovider \
+step exact-sweep 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_exact_parity_sweep.py
+TAIL=40 step conformance-cuda 150 python3 -m pytest -v -rf -p no:cacheprovider \
     tests/test_conformance.py -k _cuda
 echo "   counts by kind (also when cut short):"
 counts "$OUT/conformance-cuda.log"

@@ -1,7 +1,8 @@
-"""Exact mode on the checked-device stand-in, which flushes float32 subnormals as CuPy does:
-every single-node ONNX conformance case of an operator exact mode accepts must give the bits
-numpy-reference gives (NaN canonical on both). Cases exact mode refuses at session creation
-(element types CuPy lacks, types an exact kernel does not take) are counted, not compared.
+"""Exact mode on a flushing backend — the checked-device stand-in, which flushes float32
+subnormals as CuPy does, and CuPy itself on a GPU machine: every single-node ONNX conformance
+case of an operator exact mode accepts must give the bits numpy-reference gives (NaN canonical
+on both). Cases exact mode refuses at session creation (element types CuPy lacks, types an
+exact kernel does not take) are skipped, and a separate test makes sure most are compared.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from conformance_cases import node_cases
 from conformance_expected import RANDOM_OUTPUTS
 
 from onemodel import ExecutionMode, Session, SessionError, SessionOptions
+from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.graph.importer import model_from_proto
 from onemodel.graph.operators import optable
 
@@ -45,12 +47,17 @@ def _same_bits(first: object, second: object) -> bool:
     )
 
 
+@pytest.mark.parametrize("backend", ["checked-device", pytest.param("cupy", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_exact_bits_on_the_flushing_stand_in_are_numpy_references(name: str) -> None:
+def test_exact_bits_on_a_flushing_backend_are_numpy_references(name: str, backend: str) -> None:
+    try:
+        KernelPaths.get(backend)
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
     case = CASES[name]
     try:
         want = _exact_outputs(case, "numpy-reference")
-        got = _exact_outputs(case, "checked-device")
+        got = _exact_outputs(case, backend)
     except SessionError as error:
         pytest.skip(f"exact mode refuses it here: {error.kind.name}")
     assert all(_same_bits(a, b) for a, b in zip(got, want, strict=True))
