@@ -137,6 +137,36 @@ def test_caller_arrays_are_never_modified(mlp):
     np.testing.assert_array_equal(x, X)
 
 
+@pytest.mark.parametrize("reader", ["dynamic-reshape", "optional"])
+def test_exact_mode_rewrites_nans_without_touching_the_callers_array(reader: str) -> None:
+    """Exact mode writes NaNs canonically, in its own arrays: a run-time view of an input, or
+    an optional input's element, must not make it rewrite the caller's NaN in place."""
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    if reader == "dynamic-reshape":
+        inputs = [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ]
+        nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
+        extra = {"shape": np.array([2, 2])}
+    else:
+        optional = helper.make_optional_type_proto(
+            helper.make_tensor_type_proto(TensorProto.FLOAT, [4])
+        )
+        inputs = [helper.make_value_info("x", optional)]
+        nodes = [helper.make_node("OptionalGetElement", ["x"], ["y"])]
+        extra = {}
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, [y]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    x = np.array([1, 2, 3, 4], np.float32)
+    x.view(np.uint32)[1] = 0x7FC12345  # a NaN with a payload
+    before = x.copy()
+    (result,) = session_for(model, mode=ExecutionMode.EXACT).run(None, {"x": x, **extra})
+    np.testing.assert_array_equal(x.view(np.uint32), before.view(np.uint32))
+    assert np.isnan(result.reshape(-1)[1])
+
+
 def test_run_into_writes_the_callers_array_and_checks_it_first(mlp):
     session = session_for(mlp)
     out = np.full((5, 4), np.nan, np.float32)

@@ -249,7 +249,9 @@ class RunState:
         for value_id, result in zip(step.outputs, results, strict=False):
             if is_tensor(result) and not result.flags.c_contiguous:
                 result = xp.array(result, order="C")
-            if plan.graph.exact and is_tensor(result):
+            # A view's values are its source's, which a view step never rewrites (the source
+            # may be the caller's input array).
+            if plan.graph.exact and is_tensor(result) and operator.view_of_input is None:
                 canonical_nans(xp, result)
             table[value_id] = result
 

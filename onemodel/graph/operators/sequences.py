@@ -147,12 +147,16 @@ class OptionalHasElementOp(SequenceOperator):
 
 
 class OptionalGetElementOp(SequenceOperator):
+    """The optional's value, copied as SequenceAt copies: it may be the caller's array, which
+    later steps (exact mode's NaN rewriting, in-place kernels) must never write."""
+
     def run(self, ctx: RunContext, inputs: Sequence[Any], outputs: Any) -> list:
-        if inputs[0] is None:
+        value = inputs[0]
+        if value is None:
             raise self.node.bad_input(
                 "OptionalGetElement of an empty optional", self.node.inputs[0]
             )
-        return [inputs[0]]
+        return [list(value) if isinstance(value, list) else ctx.xp.array(value)]
 
 
 class SequenceMapOp(ControlFlow):
