@@ -64,7 +64,8 @@ def _reduced_first(xp: Any, x: Array, axes: Sequence[int]) -> Array:
     """x as (R, *kept): the reduced axes moved to the front and flattened in row-major order,
     which is the canonical order of every reduction."""
     moved = xp.moveaxis(x, tuple(axes), tuple(range(len(axes))))
-    return moved.reshape(-1, *moved.shape[len(axes) :])
+    reduced = math.prod(x.shape[a] for a in axes)  # not -1: ambiguous when a kept axis is 0
+    return moved.reshape(reduced, *moved.shape[len(axes) :])
 
 
 def ordered_sum(xp: Any, x: Array, axes: Sequence[int]) -> Array:
