@@ -20,7 +20,10 @@ from onemodel.backends import BackendUnavailableError, KernelPaths
 
 TESTS = Path(__file__).parent
 NAMES = ["mlp", "cnn", "transformer"]
-BACKENDS = ["numpy-reference", "numpy", pytest.param("cupy", marks=pytest.mark.gpu)]
+# checked-device: CuPy's rules on the CPU, flushing float32 subnormals as CuPy does.
+BACKENDS = [
+    "numpy-reference", "numpy", "checked-device", pytest.param("cupy", marks=pytest.mark.gpu)
+]  # fmt: skip
 
 
 def _stored(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -42,7 +45,9 @@ def _exact_outputs(name: str, backend: str, level: OptimizationLevel) -> dict[st
         KernelPaths.get(backend)
     except BackendUnavailableError as error:
         pytest.skip(str(error))
-    options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend, optimization_level=level)
+    options = SessionOptions(
+        mode=ExecutionMode.EXACT, backend=backend, optimization_level=level, outputs_as="numpy"
+    )
     session = onemodel.Session.load(str(TESTS / "models" / f"{name}.onnx"), options)
     inputs, _ = _stored(name)
     names = [value.name for value in session.outputs]
