@@ -24,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.backends.ieee_float32 import store, widen
+# `wide`: x as float64, the working type of every floating exact kernel (a copy; float32
+# subnormals rebuilt from their bits, so a flushing backend keeps them).
+from onemodel.backends.ieee_float32 import store
+from onemodel.backends.ieee_float32 import widen as wide
 
 Array = Any  # an array of the backend (numpy.ndarray or cupy.ndarray)
 
@@ -49,12 +52,6 @@ _SQRT_HALF = float(Context(prec=60).sqrt(Decimal(2)) / 2)
 _ERF_LIMIT = 6.0
 _ERF_TERMS = tuple(float(Fraction(1, math.prod(range(1, 2 * n + 2, 2)))) for n in range(101))
 _TWO_OVER_SQRT_PI = float.fromhex("0x1.20dd750429b6dp+0")  # 2/√π rounded to float64
-
-
-def wide(xp: Any, x: Array) -> Array:
-    """x as float64, the working type of every floating exact kernel (a copy; float32
-    subnormals widened from their bits, so a flushing backend keeps them)."""
-    return widen(xp, x)
 
 
 # -- reductions ----------------------------------------------------------------------------

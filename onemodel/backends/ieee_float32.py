@@ -74,7 +74,7 @@ class IeeeFloat32:
         if name in _ARITHMETIC or name in _COMPARISONS:
             function = self._functions.get(name)
             if function is None:
-                function = self._functions[name] = self._through_float64(name)
+                function = self._functions[name] = _ThroughFloat64(self._xp, name)
             return function
         return getattr(self._xp, name)
 
@@ -88,9 +88,6 @@ class IeeeFloat32:
         elif source_dtype == np.float32 and dst.dtype.kind == "f":
             src = widen(xp, src)
         xp.copyto(dst, src, **kwargs)
-
-    def _through_float64(self, name: str) -> Callable[..., Any]:
-        return _ThroughFloat64(self._xp, name)
 
 
 class _ThroughFloat64:
