@@ -21,6 +21,9 @@ _MODULES = {
     "onnxruntime.capi.onnxruntime_pybind11_state": (
         "onemodel.compat.onnxruntime.capi._pybind_state"
     ),
+    "onnxruntime.capi.onnxruntime_inference_collection": (
+        "onemodel.compat.onnxruntime.capi.onnxruntime_inference_collection"
+    ),
 }
 
 # What install() replaced, so that uninstall() can restore it (None: nothing was there).
