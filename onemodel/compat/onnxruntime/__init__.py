@@ -6,6 +6,7 @@ such packages run on onemodel unchanged. docs/moving-from-onnxruntime.md says wh
 
 from onemodel.compat.onnxruntime.capi._pybind_state import (
     VERSION,
+    AdapterFormat,
     EPFail,
     ExecutionMode,
     ExecutionOrder,
@@ -14,6 +15,7 @@ from onemodel.compat.onnxruntime.capi._pybind_state import (
     InvalidArgument,
     InvalidGraph,
     InvalidProtobuf,
+    LoraAdapter,
     NoSuchFile,
     OrtAllocatorType,
     OrtArenaCfg,
@@ -56,6 +58,7 @@ version = VERSION
 package_name = "onemodel"
 
 __all__ = [
+    "AdapterFormat",
     "EPFail",
     "ExecutionMode",
     "ExecutionOrder",
@@ -66,6 +69,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
+    "LoraAdapter",
     "ModelMetadata",
     "NoSuchFile",
     "NodeArg",

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from onemodel.backends import KernelPaths
+from onemodel.compat.onnxruntime.capi.adapters import AdapterFormat, LoraAdapter
 from onemodel.compat.onnxruntime.capi.devices import (
     ArenaExtendStrategy,
     OrtAllocatorType,
@@ -174,6 +175,7 @@ __all__ = [
     "CPU_PROVIDER",
     "CUDA_PROVIDER",
     "VERSION",
+    "AdapterFormat",
     "ArenaExtendStrategy",
     "EPFail",
     "EngineError",
@@ -185,6 +187,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
+    "LoraAdapter",
     "ModelLoaded",
     "NoModel",
     "NoSuchFile",

@@ -34,11 +34,15 @@ from onemodel.tensors import numpy_dtype_for_onnx
 
 
 def _plain(value: Any) -> Any:
-    """What a onemodel Session takes for a feed that may be an OrtValue."""
+    """What a onemodel Session takes for a feed that may be an OrtValue, or NumPy void
+    elements, which onnxruntime reads as strings (their bytes as UTF-8, NUL padding dropped)."""
     if isinstance(value, OrtValue):
         return value._value
     if isinstance(value, list):
         return [_plain(item) for item in value]
+    if isinstance(value, np.ndarray) and value.dtype.kind == "V":
+        texts = [bytes(item).rstrip(b"\0").decode() for item in value.ravel()]
+        return np.array(texts, dtype=object).reshape(value.shape)
     return value
 
 
