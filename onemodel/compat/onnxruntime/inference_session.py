@@ -114,6 +114,13 @@ class InferenceSession:
         **_: Any,
     ) -> None:
         self._source = path_or_bytes
+        # onnxruntime's own attributes, which packages read (optimum: `_model_path`).
+        self._model_path = (
+            None
+            if isinstance(path_or_bytes, (bytes, bytearray, memoryview))
+            else (os.fspath(path_or_bytes))
+        )
+        self._model_bytes = None if self._model_path is not None else bytes(path_or_bytes)
         self._sess: native_session.InferenceSession | None = None
         proto, base_dir = _parse(path_or_bytes)
         self._sess_options = _options_from_model(proto, sess_options)
