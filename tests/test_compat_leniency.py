@@ -68,3 +68,15 @@ def test_the_native_session_stays_strict_and_says_what_to_feed():
     (scaled,) = session.run(None, {"X": SAMPLES, "sr": np.array(16000)})
     np.testing.assert_array_equal(scaled, SAMPLES * 16000)
     assert shim.InferenceSession(scalar_scale().SerializeToString()).session.inputs[1].dims is None
+
+
+@both
+@pytest.mark.parametrize(
+    "given",
+    [["a", 1], ["a", 2.5], ["a", None], np.array(["a", 1], dtype=object)],
+    ids=["int", "float", "None", "object array"],
+)
+def test_other_elements_fed_to_a_string_input_become_their_str(rt, given):
+    session = rt.InferenceSession(identity([2], TensorProto.STRING).SerializeToString())
+    (same,) = session.run(None, {"X": given})
+    assert same.tolist() == [str(item) for item in given]

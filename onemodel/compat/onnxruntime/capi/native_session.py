@@ -33,6 +33,18 @@ from onemodel.session import Session
 from onemodel.tensors import numpy_dtype_for_onnx
 
 
+def _as_text(value: Any) -> Any:
+    """A list or object array fed to a string input with its elements as onnxruntime reads
+    them: str() of each element that is not already text (numbers, None, even bytes)."""
+    if isinstance(value, (list, tuple)):
+        value = np.array(value, dtype=object)
+    if not isinstance(value, np.ndarray) or value.dtype != object:
+        return value
+    if all(isinstance(item, str) for item in value.flat):
+        return value
+    return np.array([str(item) for item in value.flat], dtype=object).reshape(value.shape)
+
+
 def _plain(value: Any) -> Any:
     """What a onemodel Session takes for a feed that may be an OrtValue, or NumPy void
     elements, which onnxruntime reads as strings (their bytes as UTF-8, NUL padding dropped)."""
@@ -54,6 +66,9 @@ class InferenceSession:
         self.providers = providers
         self.profiler = profiler
         self.device = "cpu" if session.kernels.xp is np else "cuda"
+        self._text_inputs = {
+            meta.name for meta in session.inputs if meta.kind == "tensor" and meta.elem_type == 8
+        }
 
     def _run(
         self,
@@ -63,7 +78,10 @@ class InferenceSession:
         outputs_as: str,
     ) -> list[Any]:
         cancel = None if run_options is None else run_options.token
-        plain = {name: _plain(value) for name, value in feeds.items()}
+        plain = {
+            name: _as_text(_plain(value)) if name in self._text_inputs else _plain(value)
+            for name, value in feeds.items()
+        }
         trace: list[tuple] | None = None if self.profiler is None else []
         started = time.perf_counter()
         try:
