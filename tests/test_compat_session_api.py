@@ -193,8 +193,15 @@ def test_errors_have_onnxruntimes_types_and_texts(rt):
         session.run(None, {"A": np.ones((1, 4), np.float32), "B": np.ones((1, 4), np.float32)})
     with pytest.raises(RuntimeError, match="SessionOptions does not have configuration with key"):
         rt.SessionOptions().get_session_config_entry("nothing")
+    native = rt.capi._pybind_state
+    with pytest.raises(native.InvalidArgument) as caught:
+        session.run(None, {name: np.ones((1, 4), np.float32) for name in "ABCD"})
+    assert str(caught.value).startswith("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ")
+    with pytest.raises(native.NoSuchFile) as caught:
+        rt.InferenceSession("no/such/model.onnx")
+    assert str(caught.value).startswith("[ONNXRuntimeError] : 3 : NO_SUCHFILE : ")
     with pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
-        session.set_providers(["InvalidProvider"])
+        session.set_providers(["InvalidProvider"])  # leaves the session empty, as onnxruntime
     with pytest.raises(rt.capi._pybind_state.Fail, match="record_ep_graph_assignment_info"):
         rt.InferenceSession(add_mul_add().SerializeToString()).get_provider_graph_assignment_info()
 

@@ -1,53 +1,66 @@
 """onnxruntime's exception classes, as SessionErrors so that either kind of `except` catches
-them, and the translation of a onemodel error into the class onnxruntime raises for it."""
+them, and the translation of a onemodel error into the class onnxruntime raises for it.
+
+Their text starts as onnxruntime's does, "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ", for
+code that reads the status from it; onemodel's message (kind, node, value) follows."""
 
 from __future__ import annotations
 
 from onemodel.errors import ErrorKind, SessionError
 
 
-class Fail(SessionError):
-    pass
+class OnnxRuntimeError(SessionError):
+    """The base of onnxruntime's classes here: its status code and name lead the text."""
+
+    code = 1
+    status = "FAIL"
+
+    def __str__(self) -> str:
+        return f"[ONNXRuntimeError] : {self.code} : {self.status} : {super().__str__()}"
 
 
-class InvalidArgument(SessionError):
-    pass
+class Fail(OnnxRuntimeError):
+    code, status = 1, "FAIL"
 
 
-class NoSuchFile(SessionError):
-    pass
+class InvalidArgument(OnnxRuntimeError):
+    code, status = 2, "INVALID_ARGUMENT"
 
 
-class NoModel(SessionError):
-    pass
+class NoSuchFile(OnnxRuntimeError):
+    code, status = 3, "NO_SUCHFILE"
 
 
-class EngineError(SessionError):
-    pass
+class NoModel(OnnxRuntimeError):
+    code, status = 4, "NO_MODEL"
 
 
-class RuntimeException(SessionError):
-    pass
+class EngineError(OnnxRuntimeError):
+    code, status = 5, "ENGINE_ERROR"
 
 
-class InvalidProtobuf(SessionError):
-    pass
+class RuntimeException(OnnxRuntimeError):
+    code, status = 6, "RUNTIME_EXCEPTION"
 
 
-class ModelLoaded(SessionError):
-    pass
+class InvalidProtobuf(OnnxRuntimeError):
+    code, status = 7, "INVALID_PROTOBUF"
 
 
-class NotImplemented(SessionError):  # onnxruntime's name; this module never needs the builtin
-    pass
+class ModelLoaded(OnnxRuntimeError):
+    code, status = 8, "MODEL_LOADED"
 
 
-class InvalidGraph(SessionError):
-    pass
+class NotImplemented(OnnxRuntimeError):  # onnxruntime's name; this module never needs the builtin
+    code, status = 9, "NOT_IMPLEMENTED"
 
 
-class EPFail(SessionError):
-    pass
+class InvalidGraph(OnnxRuntimeError):
+    code, status = 10, "INVALID_GRAPH"
+
+
+class EPFail(OnnxRuntimeError):
+    code, status = 11, "EP_FAIL"
 
 
 _CLASS_BY_KIND: dict[ErrorKind, type[SessionError]] = {

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from onemodel.runner import trace_events
-
 
 class Profiler:
     """Collects the trace of every run from creation to `end()`."""
@@ -35,6 +33,8 @@ class Profiler:
 
     def record(self, records: list[tuple], started: float, seconds: float) -> None:
         """One run: its steps (Session.run's trace records) and the run as a whole."""
+        from onemodel.runner import trace_events  # the CLI's module: only when profiling
+
         events = [self._event("Session", "model_run", started, seconds, {})]
         for event in trace_events(records, self._origin):
             op_type = event["args"]["op"]
