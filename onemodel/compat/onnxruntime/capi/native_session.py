@@ -78,6 +78,8 @@ class InferenceSession:
         outputs_as: str,
     ) -> list[Any]:
         cancel = None if run_options is None else run_options.token
+        for adapter in [] if run_options is None else run_options.adapters:
+            feeds = {**adapter.parameters, **feeds}
         plain = {
             name: _as_text(_plain(value)) if name in self._text_inputs else _plain(value)
             for name, value in feeds.items()

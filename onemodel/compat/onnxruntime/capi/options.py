@@ -123,6 +123,7 @@ class RunOptions:
         self.only_execute_path_to_fetches = False
         self._config: dict[str, str] = {}
         self.token = CancellationToken()
+        self.adapters: list[Any] = []
 
     @property
     def terminate(self) -> bool:
@@ -144,7 +145,6 @@ class RunOptions:
         return self._config[key]
 
     def add_active_adapter(self, adapter: Any) -> None:
-        raise NotImplementedError(
-            "onemodel does not apply LoRA adapters (onnxruntime's adapter files are its own "
-            "flatbuffers format); merge the adapter into the model's weights instead"
-        )
+        """Feed this LoraAdapter's parameters to the runs using these options (as the model
+        inputs of their names, unless the run's feed gives them)."""
+        self.adapters.append(adapter)
