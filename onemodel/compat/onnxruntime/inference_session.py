@@ -393,21 +393,14 @@ def _fill_from_memory(tensor: onnx.TensorProto, files: Mapping[str, bytes]) -> N
 
 
 def _lenient(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as onnxruntime checks feeds against it: inputs declared rank 0 take any shape."""
-    scalars = [
-        value for value in proto.graph.input
-        if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape")
-        and not value.type.tensor_type.shape.dim
-    ]  # fmt: skip
-    if not scalars:
-        return proto
-    lenient = onnx.ModelProto()
-    lenient.CopyFrom(proto)
-    names = {value.name for value in scalars}
-    for value in lenient.graph.input:
-        if value.name in names:
-            value.type.tensor_type.ClearField("shape")
-    return lenient
+    """The model as onnxruntime checks feeds against it: inputs declared rank 0 take any shape,
+    so their declared shape is dropped (in place: the proto is this module's own parse, and
+    get_inputs() shows such inputs as [] either way)."""
+    for value in proto.graph.input:
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is not None and tensor.HasField("shape") and not tensor.shape.dim:
+            tensor.ClearField("shape")
+    return proto
 
 
 def _externalise(path: str, options: SessionOptions) -> None:

@@ -106,8 +106,10 @@ class InferenceSession:
         feeds: Mapping[str, Any],
         run_options: RunOptions | None = None,
     ) -> list[Any]:
-        """NumPy outputs (copied from the device on the CuPy backend), as onnxruntime's run."""
-        return self._run(output_names, feeds, run_options, "numpy")
+        """NumPy outputs (copied from the device on the CuPy backend), as onnxruntime's run,
+        unless onemodel's own options passed as `sess_options` ask for "input"."""
+        wanted = "input" if self.session.options.outputs_as == "input" else "numpy"
+        return self._run(output_names, feeds, run_options, wanted)
 
     def run_with_ort_values(
         self,
