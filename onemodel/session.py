@@ -429,6 +429,14 @@ def _check_dims(meta: ValueMeta, shape: tuple[int, ...]) -> None:
     """Rank and fixed extents must match the declaration; symbolic dims take any extent."""
     if meta.dims is None:
         return
+    if len(shape) != len(meta.dims) and not meta.dims:
+        raise SessionError(
+            ErrorKind.INVALID_INPUT,
+            f"is declared a scalar (rank 0), got shape {list(shape)}: feed a 0-d array, "
+            "np.array(value, dtype=...) rather than np.array([value]) "
+            "(onemodel.compat takes any shape here, as onnxruntime does)",
+            value=meta.name,
+        )
     if len(shape) != len(meta.dims):
         raise SessionError(
             ErrorKind.INVALID_INPUT,

@@ -21,6 +21,13 @@ _MODULES = {
     "onnxruntime.capi.onnxruntime_pybind11_state": (
         "onemodel.compat.onnxruntime.capi._pybind_state"
     ),
+    "onnxruntime.capi.onnxruntime_inference_collection": (
+        "onemodel.compat.onnxruntime.capi.onnxruntime_inference_collection"
+    ),
+    "onnxruntime.transformers": "onemodel.compat.onnxruntime.transformers",
+    "onnxruntime.transformers.io_binding_helper": (
+        "onemodel.compat.onnxruntime.transformers.io_binding_helper"
+    ),
 }
 
 # What install() replaced, so that uninstall() can restore it (None: nothing was there).

@@ -5,6 +5,8 @@ such packages run on onemodel unchanged. docs/moving-from-onnxruntime.md says wh
 """
 
 from onemodel.compat.onnxruntime.capi._pybind_state import (
+    VERSION,
+    AdapterFormat,
     EPFail,
     ExecutionMode,
     ExecutionOrder,
@@ -13,49 +15,83 @@ from onemodel.compat.onnxruntime.capi._pybind_state import (
     InvalidArgument,
     InvalidGraph,
     InvalidProtobuf,
+    LoraAdapter,
     NoSuchFile,
+    OrtAllocatorType,
+    OrtArenaCfg,
+    OrtDevice,
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+    OrtSparseFormat,
+    OrtValue,
     RunOptions,
+    SessionIOBinding,
     SessionOptions,
+    SparseTensor,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
     disable_telemetry_events,
     enable_telemetry_events,
     get_all_providers,
     get_available_providers,
+    get_build_info,
     get_device,
+    get_version_string,
+    set_default_logger_callback,
     set_default_logger_severity,
     set_default_logger_verbosity,
 )
-from onemodel.compat.onnxruntime.inference_session import InferenceSession, ModelMetadata, NodeArg
+from onemodel.compat.onnxruntime.inference_session import (
+    InferenceSession,
+    IOBinding,
+    ModelMetadata,
+    NodeArg,
+    OrtEpAssignedNode,
+    OrtEpAssignedSubgraph,
+)
 
-# The onnxruntime release whose Python API this module follows; packages compare against it.
-__version__ = "1.20.0"
-version = __version__
+__version__ = VERSION
+version = VERSION
 package_name = "onemodel"
 
-
-def get_version_string() -> str:
-    return __version__
-
-
-def get_build_info() -> str:
-    return f"onemodel's onnxruntime compatibility layer (onnxruntime {__version__} API)"
-
-
 __all__ = [
+    "AdapterFormat",
     "EPFail",
     "ExecutionMode",
     "ExecutionOrder",
     "Fail",
     "GraphOptimizationLevel",
+    "IOBinding",
     "InferenceSession",
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
+    "LoraAdapter",
     "ModelMetadata",
     "NoSuchFile",
     "NodeArg",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
+    "OrtDevice",
+    "OrtDeviceMemoryType",
+    "OrtDeviceVendorId",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "OrtMemType",
+    "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType",
+    "OrtSparseFormat",
+    "OrtValue",
     "RunOptions",
+    "SessionIOBinding",
     "SessionOptions",
+    "SparseTensor",
     "__version__",
+    "create_and_register_allocator",
+    "create_and_register_allocator_v2",
     "disable_telemetry_events",
     "enable_telemetry_events",
     "get_all_providers",
@@ -63,6 +99,7 @@ __all__ = [
     "get_build_info",
     "get_device",
     "get_version_string",
+    "set_default_logger_callback",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
 ]

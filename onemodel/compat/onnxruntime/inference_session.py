@@ -1,32 +1,49 @@
 """onnxruntime's InferenceSession answered by a onemodel Session: inputs and outputs described
 the way onnxruntime describes them, its options translated, its exception classes raised.
 
-The model is parsed here once and handed to the importer, so that the descriptions come from the
-model's own type declarations (maps and sequences included) and its metadata fields.
+The model is parsed here once, adjusted as the session options ask (free dimensions fixed,
+initializers replaced) and as onnxruntime reads it (below), and handed to the importer; the
+descriptions come from the model's own declarations and metadata. The runs themselves are the
+native session's (`_sess`, capi/native_session.py).
+
+Where onnxruntime takes feeds the Session refuses, this module makes the Session take them:
+an input declared rank 0 takes a tensor of any shape (onnxruntime does not check the shape of
+inputs declared as scalars), so its declared shape is dropped before import.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
+from onnx import numpy_helper
 
 from onemodel.compat.onnxruntime import providers as provider_table
+from onemodel.compat.onnxruntime.capi import native_session
 from onemodel.compat.onnxruntime.capi._pybind_state import (
+    Fail,
     GraphOptimizationLevel,
     InvalidProtobuf,
     NoSuchFile,
+    OrtValue,
     RunOptions,
+    SessionIOBinding,
+    SessionOptions,
     as_onnxruntime_error,
+    log,
 )
+from onemodel.compat.onnxruntime.capi.profiling import Profiler
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.importer import model_from_proto
-from onemodel.session import OptimizationLevel, Session, SessionOptions
+from onemodel.session import OptimizationLevel, Session
+from onemodel.session import SessionOptions as OnemodelOptions
 
 # onnxruntime reports a model without a model_version as the largest int64.
 UNKNOWN_MODEL_VERSION = 2**63 - 1
@@ -37,6 +54,9 @@ _LEVELS = {
     GraphOptimizationLevel.ORT_DISABLE_ALL: OptimizationLevel.NONE,
     GraphOptimizationLevel.ORT_ENABLE_BASIC: OptimizationLevel.BASIC,
 }
+_EXTERNAL_FILE = "session.optimized_model_external_initializers_file_name"
+_EXTERNAL_MIN_BYTES = "session.optimized_model_external_initializers_min_size_in_bytes"
+_RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,24 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class OrtEpAssignedNode:
+    domain: str
+    op_type: str
+    name: str
+
+
+@dataclass(frozen=True)
+class OrtEpAssignedSubgraph:
+    """Nodes one provider runs: onemodel runs every node on the session's one backend."""
+
+    ep_name: str
+    nodes: tuple[OrtEpAssignedNode, ...]
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        return list(self.nodes)
+
+
 class InferenceSession:
     """`InferenceSession(path | PathLike | bytes, sess_options, providers, provider_options)`.
 
@@ -76,8 +114,17 @@ class InferenceSession:
         **_: Any,
     ) -> None:
         self._source = path_or_bytes
-        self._sess_options = sess_options
+        # onnxruntime's own attributes, which packages read (optimum: `_model_path`).
+        self._model_path = (
+            None
+            if isinstance(path_or_bytes, (bytes, bytearray, memoryview))
+            else (os.fspath(path_or_bytes))
+        )
+        self._model_bytes = None if self._model_path is not None else bytes(path_or_bytes)
+        self._sess: native_session.InferenceSession | None = None
         proto, base_dir = _parse(path_or_bytes)
+        self._sess_options = _options_from_model(proto, sess_options)
+        _apply_options(proto, self._sess_options)
         self._load(proto, base_dir, providers, provider_options)
         graph = proto.graph
         constants = {tensor.name for tensor in graph.initializer}
@@ -87,6 +134,7 @@ class InferenceSession:
         self._initializers = [_node_arg(v) for v in graph.input if v.name in overridable]
         self._outputs = [_node_arg(v) for v in graph.output]
         self._meta = _metadata(proto)
+        self._nodes = [OrtEpAssignedNode(n.domain, n.op_type, n.name) for n in graph.node]
 
     def _load(
         self,
@@ -97,16 +145,36 @@ class InferenceSession:
     ) -> None:
         chosen = provider_table.choose(providers, provider_options)
         options = _onemodel_options(self._sess_options, chosen.backend, providers is not None)
+        profiling = bool(getattr(self._sess_options, "enable_profiling", False))
+        profiler = None
+        if profiling:
+            prefix = getattr(self._sess_options, "profile_file_prefix", "onnxruntime_profile_")
+            profiler = Profiler(prefix, chosen.names[0])
+        started = time.perf_counter()
         try:
-            self._session = Session.create(model_from_proto(proto, base_dir=base_dir), options)
+            model = model_from_proto(_lenient(proto), base_dir=base_dir)
+            session = Session.create(model, options)
         except SessionError as error:
             raise as_onnxruntime_error(error) from error
+        if profiler is not None:
+            profiler.loaded(started, time.perf_counter() - started)
+        if options.optimized_model_path and isinstance(self._sess_options, SessionOptions):
+            _externalise(options.optimized_model_path, self._sess_options)
+        log(1, getattr(self._sess_options, "logid", ""), f"session on {session.backend}")
+        self._sess = native_session.InferenceSession(session, chosen.names, profiler)
         self._providers = chosen
 
     @property
     def session(self) -> Session:
         """The onemodel Session underneath, for onemodel's own calls (run_into, profiles)."""
-        return self._session
+        return self._native().session
+
+    def _native(self) -> native_session.InferenceSession:
+        if self._sess is None:
+            raise RuntimeError("the session was not rebuilt after set_providers failed")
+        return self._sess
+
+    # -- descriptions --------------------------------------------------------------------------
 
     def get_inputs(self) -> list[NodeArg]:
         return list(self._inputs)
@@ -127,16 +195,45 @@ class InferenceSession:
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {name: dict(options) for name, options in self._providers.options.items()}
 
+    def get_input_memory_infos(self) -> list[Any]:
+        return self._native().input_meminfos()
+
+    def get_output_memory_infos(self) -> list[Any]:
+        return self._native().output_meminfos()
+
+    def get_input_epdevices(self) -> list[None]:
+        """One entry per input; None: onemodel has no plug-in execution-provider devices."""
+        return [None for _ in self._inputs]
+
+    def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
+        """Each node in its own subgraph on the session's provider, as onnxruntime's CPU
+        provider reports them; needs the config entry onnxruntime asks for."""
+        options = self._sess_options
+        entry = (
+            options.config_entry(_RECORD_ASSIGNMENT) if isinstance(options, SessionOptions) else ""
+        )
+        if entry != "1":
+            raise Fail(
+                ErrorKind.INVALID_INPUT,
+                f"Session configuration entry '{_RECORD_ASSIGNMENT}' must be set to \"1\" to "
+                "retrieve EP graph assignment information.",
+            )
+        provider = self._providers.names[0]
+        return [OrtEpAssignedSubgraph(provider, (node,)) for node in self._nodes]
+
+    def get_session_options(self) -> Any:
+        return self._sess_options
+
     def set_providers(
         self,
         providers: Sequence[Any] | None = None,
         provider_options: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         """Rebuild the session on the backend the providers map to."""
-        self._load(*_parse(self._source), providers, provider_options)
-
-    def get_session_options(self) -> Any:
-        return self._sess_options
+        self._sess = None
+        proto, base_dir = _parse(self._source)
+        _apply_options(proto, self._sess_options)
+        self._load(proto, base_dir, providers, provider_options)
 
     def disable_fallback(self) -> None:
         """Accepted and ignored: onemodel does not retry a failed run on another backend."""
@@ -144,12 +241,30 @@ class InferenceSession:
     def enable_fallback(self) -> None:
         """Accepted and ignored, as above."""
 
+    def get_tuning_results(self) -> list[dict]:
+        """None: onemodel has no tunable kernels."""
+        return []
+
+    def set_tuning_results(self, results: Sequence[dict], error_on_invalid: bool = False) -> None:
+        """Accepted and ignored, as above."""
+
+    # -- profiling -------------------------------------------------------------------------
+
     def end_profiling(self) -> str:
-        """No profile file is written (see Session.run's `profile`); the name is empty."""
-        return ""
+        """Write onnxruntime's JSON profile of the runs so far; "" when profiling is off."""
+        return self._native().end_profiling()
 
     def get_profiling_start_time_ns(self) -> int:
-        return 0
+        return self._native().get_profiling_start_time_ns()
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _check_feeds(self, names: Sequence[str]) -> None:
+        """onnxruntime's own check before a run, with its ValueError and text."""
+        given = list(names)
+        missing = [arg.name for arg in self._inputs if arg.name not in given]
+        if missing:
+            raise ValueError(f"Required inputs ({missing}) are missing from input feed ({given}).")
 
     def run(
         self,
@@ -157,12 +272,48 @@ class InferenceSession:
         input_feed: Mapping[str, Any],
         run_options: RunOptions | None = None,
     ) -> list[Any]:
-        """The outputs named (all for None or an empty list), in that order."""
-        cancel = None if run_options is None else run_options.token
-        try:
-            return self._session.run(output_names or None, input_feed, cancel=cancel)
-        except SessionError as error:
-            raise as_onnxruntime_error(error) from error
+        """The outputs named (all for None or an empty list), in that order, as NumPy."""
+        self._check_feeds(list(input_feed))
+        return self._native().run(output_names, input_feed, run_options)
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """OrtValue outputs left where the session computed them."""
+        self._check_feeds(list(input_dict_ort_values))
+        return self._native().run_with_ort_values(input_dict_ort_values, output_names, run_options)
+
+    def run_with_ortvaluevector(self, run_options: Any, feed_names: Sequence[str], feeds: Any,
+                                fetch_names: Sequence[str], fetches: Any,
+                                fetch_devices: Any = ()) -> None:  # fmt: skip
+        self._native().run_with_ortvaluevector(
+            run_options, feed_names, feeds, fetch_names, fetches, fetch_devices
+        )
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Callable[[list, Any, str], None],
+        user_data: Any = None,
+        run_options: RunOptions | None = None,
+    ) -> None:
+        """Run on another thread and call `callback(outputs, user_data, error text)`."""
+        self._check_feeds(list(input_feed))
+        self._native().run_async(output_names, input_feed, callback, user_data, run_options)
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: SessionIOBinding, run_options: Any = None) -> None:
+        self._native().run_with_iobinding(iobinding._iobinding, run_options)
+
+
+class IOBinding(SessionIOBinding):
+    """`session.io_binding()`: inputs and outputs bound before `run_with_iobinding`."""
 
 
 def _parse(source: Any) -> tuple[onnx.ModelProto, Path | None]:
@@ -189,14 +340,98 @@ def _parse(source: Any) -> tuple[onnx.ModelProto, Path | None]:
     return proto, folder
 
 
-def _onemodel_options(sess_options: Any, backend: str, explicit: bool) -> SessionOptions:
-    if isinstance(sess_options, SessionOptions):
+def _options_from_model(proto: onnx.ModelProto, given: Any) -> Any:
+    """The options the session uses: the caller's, else fresh ones; with
+    ORT_LOAD_CONFIG_FROM_MODEL=1 the model's "ort_config" metadata sets theirs first."""
+    options = SessionOptions() if given is None else given
+    if os.environ.get("ORT_LOAD_CONFIG_FROM_MODEL") != "1" or not isinstance(
+        options, SessionOptions
+    ):
+        return options
+    for entry in proto.metadata_props:
+        if entry.key == "ort_config":
+            config = json.loads(entry.value).get("session_options", {})
+            for name, value in config.items():
+                current = getattr(options, name, None)
+                if current is None or name.startswith("_"):
+                    raise Fail(ErrorKind.INVALID_MODEL, f"ort_config: unknown option {name}")
+                setattr(options, name, type(current)(value))
+    return options
+
+
+def _apply_options(proto: onnx.ModelProto, options: Any) -> None:
+    """Free-dimension overrides and added initializers, written into the model."""
+    if not isinstance(options, SessionOptions):
+        return
+    by_name, by_denotation = options.free_dimensions_by_name, options.free_dimensions_by_denotation
+    for value in proto.graph.input:
+        if not value.type.HasField("tensor_type"):
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            fixed = by_denotation.get(dim.denotation) if dim.denotation else None
+            if dim.HasField("dim_param") and dim.dim_param in by_name:
+                fixed = by_name[dim.dim_param]
+            if fixed is not None and not dim.HasField("dim_value"):
+                dim.dim_value = fixed
+    for tensor in proto.graph.initializer:
+        if tensor.name in options.initializers:
+            tensor.CopyFrom(numpy_helper.from_array(options.initializers[tensor.name], tensor.name))
+        elif tensor.data_location == onnx.TensorProto.EXTERNAL:
+            _fill_from_memory(tensor, options.external_files)
+
+
+def _fill_from_memory(tensor: onnx.TensorProto, files: Mapping[str, bytes]) -> None:
+    info = {entry.key: entry.value for entry in tensor.external_data}
+    data = files.get(info.get("location", ""))
+    if data is None:
+        return
+    offset = int(info.get("offset", 0))
+    length = int(info["length"]) if "length" in info else len(data) - offset
+    tensor.raw_data = data[offset : offset + length]
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
+def _lenient(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as onnxruntime checks feeds against it: inputs declared rank 0 take any shape,
+    so their declared shape is dropped (in place: the proto is this module's own parse, and
+    get_inputs() shows such inputs as [] either way)."""
+    for value in proto.graph.input:
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is not None and tensor.HasField("shape") and not tensor.shape.dim:
+            tensor.ClearField("shape")
+    return proto
+
+
+def _externalise(path: str, options: SessionOptions) -> None:
+    """Move the optimised model's initializers into the external file its config names."""
+    location = options.config_entry(_EXTERNAL_FILE)
+    if not location:
+        return
+    model = onnx.load(path)
+    data = Path(path).parent / location
+    data.unlink(missing_ok=True)
+    onnx.save_model(
+        model,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location,
+        size_threshold=int(options.config_entry(_EXTERNAL_MIN_BYTES, "1024")),
+    )
+    if not data.exists():  # nothing reached the threshold: onnxruntime still writes the file
+        data.write_bytes(b"")
+
+
+def _onemodel_options(sess_options: Any, backend: str, explicit: bool) -> OnemodelOptions:
+    if isinstance(sess_options, OnemodelOptions):
         return dataclasses.replace(sess_options, backend=backend) if explicit else sess_options
-    options = SessionOptions(backend=backend)
+    options = OnemodelOptions(backend=backend)
     if sess_options is not None:
         options.intra_op_threads = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
         level = getattr(sess_options, "graph_optimization_level", _DEFAULT_LEVEL)
         options.optimization_level = _LEVELS.get(int(level), OptimizationLevel.ALL)
+        options.optimized_model_path = getattr(sess_options, "optimized_model_filepath", "") or None
     return options
 
 

@@ -2,7 +2,8 @@
 
 CUDAExecutionProvider runs on the CuPy backend where it can reach a device; every other provider
 runs on NumPy. Providers onemodel has no counterpart for are skipped with a warning, as
-onnxruntime skips providers its build lacks; CPUExecutionProvider is always the last one.
+onnxruntime skips providers its build lacks; CPUExecutionProvider is always the last one. A
+name onnxruntime does not know is refused with its RuntimeError.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def choose(
     known = set(get_all_providers())
     for name in requested:
         if name not in known:
+            raise RuntimeError(f"Unknown Provider Type: {name}")
+        if name not in (CPU_PROVIDER, CUDA_PROVIDER):
             warnings.warn(
                 f"{name} has no onemodel backend; it is skipped (onemodel offers "
-                f"{', '.join(sorted(known))})",
+                f"{CUDA_PROVIDER} and {CPU_PROVIDER})",
                 RuntimeWarning,
                 stacklevel=4,
             )

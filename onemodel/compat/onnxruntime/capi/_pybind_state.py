@@ -1,176 +1,69 @@
 """What onnxruntime's native module holds and packages import from it directly: the option
-classes and enums, the exception classes, and the process-wide functions.
-
-Options that have no meaning for onemodel are kept as plain attributes (so code that sets and
-reads them works) and otherwise ignored; docs/moving-from-onnxruntime.md lists them.
+classes and enums, the exception classes, OrtValue and its kin, the native session and its
+I/O binding, and the process-wide functions. The classes live in the modules beside this one;
+this module gathers them under onnxruntime's names.
 """
 
 from __future__ import annotations
 
-import enum
+import contextlib
+from collections.abc import Callable
+from typing import Any
 
 from onemodel.backends import KernelPaths
-from onemodel.cancellation import CancellationToken
-from onemodel.errors import ErrorKind, SessionError
+from onemodel.compat.onnxruntime.capi.adapters import AdapterFormat, LoraAdapter
+from onemodel.compat.onnxruntime.capi.devices import (
+    ArenaExtendStrategy,
+    OrtAllocatorType,
+    OrtArenaCfg,
+    OrtDevice,
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+    kNextPowerOfTwo,
+    kSameAsRequested,
+)
+from onemodel.compat.onnxruntime.capi.exceptions import (
+    EngineError,
+    EPFail,
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    ModelLoaded,
+    NoModel,
+    NoSuchFile,
+    NotImplemented,
+    RuntimeException,
+    as_onnxruntime_error,
+)
+from onemodel.compat.onnxruntime.capi.native_session import (
+    InferenceSession,
+    SessionIOBinding,
+)
+from onemodel.compat.onnxruntime.capi.options import (
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    RunOptions,
+    SessionOptions,
+)
+from onemodel.compat.onnxruntime.capi.ort_value import (
+    OrtSparseFormat,
+    OrtValue,
+    OrtValueVector,
+    SparseCooView,
+    SparseCsrView,
+    SparseTensor,
+)
+
+# The onnxruntime release whose API this package follows; packages compare against it.
+VERSION = "1.32.0"
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
-
-
-class GraphOptimizationLevel(enum.IntEnum):
-    ORT_DISABLE_ALL = 0
-    ORT_ENABLE_BASIC = 1
-    ORT_ENABLE_EXTENDED = 2
-    ORT_ENABLE_LAYOUT = 3
-    ORT_ENABLE_ALL = 99
-
-
-class ExecutionMode(enum.IntEnum):
-    """Sequential or parallel node execution; onemodel always runs nodes in order."""
-
-    ORT_SEQUENTIAL = 0
-    ORT_PARALLEL = 1
-
-
-class ExecutionOrder(enum.IntEnum):
-    DEFAULT = 0
-    PRIORITY_BASED = 1
-    MEMORY_EFFICIENT = 2
-
-
-class SessionOptions:
-    """onnxruntime's session options. `intra_op_num_threads` and `graph_optimization_level`
-    reach onemodel's SessionOptions; every other field is stored and ignored."""
-
-    def __init__(self) -> None:
-        self.intra_op_num_threads = 0
-        self.inter_op_num_threads = 0
-        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
-        self.execution_order = ExecutionOrder.DEFAULT
-        self.enable_cpu_mem_arena = True
-        self.enable_mem_pattern = True
-        self.enable_mem_reuse = True
-        self.enable_profiling = False
-        self.profile_file_prefix = "onnxruntime_profile_"
-        self.log_severity_level = 2
-        self.log_verbosity_level = 0
-        self.logid = ""
-        self.optimized_model_filepath = ""
-        self.use_deterministic_compute = False
-        self.use_per_session_threads = True
-        self._config: dict[str, str] = {}
-
-    def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[key] = value
-
-    def get_session_config_entry(self, key: str) -> str:
-        return self._config[key]
-
-    def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
-        """Accepted and ignored: onemodel plans for whatever shapes arrive."""
-
-    def add_free_dimension_override_by_denotation(self, denotation: str, value: int) -> None:
-        """Accepted and ignored, as above."""
-
-    def register_custom_ops_library(self, path: str) -> None:
-        raise NotImplementedError(
-            "onemodel cannot load onnxruntime custom-operator libraries (compiled against "
-            "onnxruntime's C API); its operators are Python classes in onemodel/graph/operators"
-        )
-
-
-class RunOptions:
-    """Per-run options. Setting `terminate` to True stops the runs using these options (as a
-    onemodel CancellationToken does); setting it back to False lets new runs start."""
-
-    def __init__(self) -> None:
-        self.log_severity_level = 2
-        self.log_verbosity_level = 0
-        self.logid = ""
-        self.only_execute_path_to_fetches = False
-        self._config: dict[str, str] = {}
-        self.token = CancellationToken()
-
-    @property
-    def terminate(self) -> bool:
-        return self.token.cancelled
-
-    @terminate.setter
-    def terminate(self, value: bool) -> None:
-        if value:
-            self.token.cancel()
-        elif self.token.cancelled:
-            self.token = CancellationToken()
-
-    def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[key] = value
-
-    def get_run_config_entry(self, key: str) -> str:
-        return self._config[key]
-
-
-# onnxruntime's exception classes, as SessionErrors so that either kind of `except` catches them.
-
-
-class Fail(SessionError):
-    pass
-
-
-class InvalidArgument(SessionError):
-    pass
-
-
-class NoSuchFile(SessionError):
-    pass
-
-
-class NoModel(SessionError):
-    pass
-
-
-class EngineError(SessionError):
-    pass
-
-
-class RuntimeException(SessionError):
-    pass
-
-
-class InvalidProtobuf(SessionError):
-    pass
-
-
-class ModelLoaded(SessionError):
-    pass
-
-
-class NotImplemented(SessionError):  # onnxruntime's name; this module never needs the builtin
-    pass
-
-
-class InvalidGraph(SessionError):
-    pass
-
-
-class EPFail(SessionError):
-    pass
-
-
-_CLASS_BY_KIND: dict[ErrorKind, type[SessionError]] = {
-    ErrorKind.INVALID_INPUT: InvalidArgument,
-    ErrorKind.INVALID_MODEL: InvalidGraph,
-    ErrorKind.UNSUPPORTED_OPERATOR: NotImplemented,
-}
-
-
-def as_onnxruntime_error(error: SessionError) -> SessionError:
-    """The same error as the onnxruntime exception class code written for it catches."""
-    cls = _CLASS_BY_KIND.get(error.kind, Fail)
-    translated = cls.__new__(cls)
-    Exception.__init__(translated, *error.args)
-    translated.__dict__.update(error.__dict__)
-    return translated
 
 
 def get_available_providers() -> list[str]:
@@ -180,16 +73,89 @@ def get_available_providers() -> list[str]:
     return [CPU_PROVIDER]
 
 
+# Every provider onnxruntime knows by name, highest priority first, as its get_all_providers().
+ALL_PROVIDERS = (
+    "TensorrtExecutionProvider",
+    CUDA_PROVIDER,
+    "MIGraphXExecutionProvider",
+    "OpenVINOExecutionProvider",
+    "DnnlExecutionProvider",
+    "VitisAIExecutionProvider",
+    "QNNExecutionProvider",
+    "NnapiExecutionProvider",
+    "VSINPUExecutionProvider",
+    "JsExecutionProvider",
+    "CoreMLExecutionProvider",
+    "DmlExecutionProvider",
+    "RknpuExecutionProvider",
+    "WebNNExecutionProvider",
+    "WebGpuExecutionProvider",
+    "XnnpackExecutionProvider",
+    "CANNExecutionProvider",
+    "AzureExecutionProvider",
+    CPU_PROVIDER,
+)
+
+
 def get_all_providers() -> list[str]:
-    return [CUDA_PROVIDER, CPU_PROVIDER]
+    """The providers onnxruntime knows; onemodel runs CUDA and CPU, and skips the others."""
+    return list(ALL_PROVIDERS)
 
 
 def get_device() -> str:
     return "GPU" if "cupy" in KernelPaths.available() else "CPU"
 
 
+def get_version_string() -> str:
+    return VERSION
+
+
+def get_build_info() -> str:
+    return f"ORT Build Info: onemodel's onnxruntime compatibility layer, onnxruntime {VERSION} API"
+
+
+def get_default_session_options() -> SessionOptions:
+    return SessionOptions()
+
+
+def create_and_register_allocator(memory_info: OrtMemoryInfo, arena_cfg: Any = None) -> None:
+    """Accepted and ignored: onemodel plans its memory per session (docs/memory-planning.md)."""
+
+
+def create_and_register_allocator_v2(
+    provider: str, memory_info: OrtMemoryInfo, options: Any, arena_cfg: Any = None
+) -> None:
+    """Accepted and ignored, as above."""
+
+
+# severity → the callback receiving onemodel's messages of that severity or above (0 verbose,
+# 1 info, 2 warning, 3 error, 4 fatal); None: no callback.
+_logger: dict[str, Any] = {"callback": None, "severity": 2}
+
+
+def set_default_logger_callback(callback: Callable[..., Any] | None, severity: int = 2) -> None:
+    """Send onemodel's session messages to `callback(severity, category, logid,
+    code_location, message)`; None restores the default (no messages)."""
+    if callback is not None and not callable(callback):
+        raise RuntimeError("the logger callback must be callable or None")
+    if not 0 <= int(severity) <= 4:
+        raise RuntimeError(f"severity {severity} is not one of 0 (verbose) .. 4 (fatal)")
+    _logger.update(callback=callback, severity=int(severity))
+
+
+def log(severity: int, logid: str, message: str) -> None:
+    """One message to the logger callback where one is set; its exceptions are swallowed, as
+    onnxruntime's are."""
+    callback = _logger["callback"]
+    if callback is None or severity < _logger["severity"]:
+        return
+    with contextlib.suppress(Exception):  # a logging callback must not break a session
+        callback(severity, "onemodel", logid, "onemodel.compat", message)
+
+
 def set_default_logger_severity(severity: int) -> None:
-    """Accepted and ignored: onemodel does not log; it raises or warns."""
+    """The least severity sent to the logger callback (onemodel has no other log)."""
+    _logger["severity"] = int(severity)
 
 
 def set_default_logger_verbosity(verbosity: int) -> None:
@@ -202,3 +168,63 @@ def disable_telemetry_events() -> None:
 
 def enable_telemetry_events() -> None:
     """Accepted and ignored: onemodel sends no telemetry."""
+
+
+__all__ = [
+    "ALL_PROVIDERS",
+    "CPU_PROVIDER",
+    "CUDA_PROVIDER",
+    "VERSION",
+    "AdapterFormat",
+    "ArenaExtendStrategy",
+    "EPFail",
+    "EngineError",
+    "ExecutionMode",
+    "ExecutionOrder",
+    "Fail",
+    "GraphOptimizationLevel",
+    "InferenceSession",
+    "InvalidArgument",
+    "InvalidGraph",
+    "InvalidProtobuf",
+    "LoraAdapter",
+    "ModelLoaded",
+    "NoModel",
+    "NoSuchFile",
+    "NotImplemented",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
+    "OrtDevice",
+    "OrtDeviceMemoryType",
+    "OrtDeviceVendorId",
+    "OrtMemType",
+    "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType",
+    "OrtSparseFormat",
+    "OrtValue",
+    "OrtValueVector",
+    "RunOptions",
+    "RuntimeException",
+    "SessionIOBinding",
+    "SessionOptions",
+    "SparseCooView",
+    "SparseCsrView",
+    "SparseTensor",
+    "as_onnxruntime_error",
+    "create_and_register_allocator",
+    "create_and_register_allocator_v2",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "get_all_providers",
+    "get_available_providers",
+    "get_build_info",
+    "get_default_session_options",
+    "get_device",
+    "get_version_string",
+    "kNextPowerOfTwo",
+    "kSameAsRequested",
+    "log",
+    "set_default_logger_callback",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+]
