@@ -8,7 +8,6 @@ otherwise (see test_ops_quant_losses.py)."""
 
 from __future__ import annotations
 
-import collections
 import logging
 from pathlib import Path
 
@@ -40,12 +39,19 @@ def _cnn() -> tuple[onnx.GraphProto, tuple[int, ...]]:
         helper.make_node("Relu", ["c1"], ["r1"]),
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c2", "r1"], ["a"]),
-        helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+        helper.make_node("Sigmoid", ["a"], ["s"]),
+        helper.make_node("Mul", ["a", "s"], ["m"]),
+        helper.make_node("LeakyRelu", ["m"], ["l"], alpha=0.1),
+        helper.make_node("AveragePool", ["l"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("MaxPool", ["l"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Concat", ["p", "mp"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
-        helper.make_node("MatMul", ["f", "wf"], ["y"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"]),
     ]
     weights = [_weight("w1", 8, 3, 3, 3), _weight("b1", 8), _weight("w2", 8, 8, 3, 3),
-               _weight("b2", 8), _weight("wf", 8, 10)]  # fmt: skip
+               _weight("b2", 8), _weight("wf", 10, 16), _weight("bf", 10)]  # fmt: skip
     return helper.make_graph(nodes, "cnn", [_float("x", [1, 3, 8, 8])], [_float("y", None)],
                              weights), (1, 3, 8, 8)  # fmt: skip
 
@@ -94,33 +100,44 @@ MODELS = {
 }
 
 
-def _quantized(tmp_path: Path, name: str, **options) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+class _Calibration(quantization.CalibrationDataReader):
+    """Four random batches for quantize_static's range estimates."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.batches = iter(
+            [{"x": RNG.standard_normal(shape).astype(np.float32)} for _ in range(4)]
+        )
+
+    def get_next(self) -> dict | None:
+        return next(self.batches, None)
+
+
+def _quantized(
+    tmp_path: Path, name: str, fmt: str = "dynamic", **options
+) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+    """The float model `name` quantized by quantize_dynamic, or by quantize_static in the
+    QOperator or QDQ format (uint8 activations, int8 weights, 7 bits for the reason above)."""
     graph, shape = MODELS[name]()
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     model.ir_version = 9
-    source, target = tmp_path / f"{name}.onnx", tmp_path / f"{name}_q.onnx"
+    source, target = tmp_path / f"{name}.onnx", tmp_path / f"{name}_{fmt}.onnx"
     onnx.save(model, source)
     logging.getLogger().setLevel(logging.ERROR)  # the quantizer's pre-processing advice
-    quantization.quantize_dynamic(source, target, weight_type=quantization.QuantType.QInt8,
-                                  reduce_range=True, **options)  # fmt: skip
+    types = quantization.QuantType
+    if fmt == "dynamic":
+        quantization.quantize_dynamic(source, target, weight_type=types.QInt8,
+                                      reduce_range=True, **options)  # fmt: skip
+    else:
+        quantization.quantize_static(
+            source, target, _Calibration(shape), quant_format=quantization.QuantFormat[fmt],
+            activation_type=types.QUInt8, weight_type=types.QInt8, reduce_range=True, **options,
+        )  # fmt: skip
     return onnx.load(target), shape
 
 
-def _with_every_value_exposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    declared = {output.name for output in inferred.graph.output}
-    inferred.graph.output.extend(v for v in inferred.graph.value_info if v.name not in declared)
-    return inferred
-
-
-@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_quantize_dynamic_models_match_onnxruntime(tmp_path, name: str, per_channel: bool):
-    quantized, shape = _quantized(tmp_path, name, per_channel=per_channel)
-    ops = collections.Counter(f"{n.domain}.{n.op_type}".lstrip(".") for n in quantized.graph.node)
-    expected_op = "com.microsoft.DynamicQuantizeLSTM" if "lstm" in name else "MatMulInteger"
-    assert expected_op in ops, ops
-    model = _with_every_value_exposed(quantized)
+def _compare_every_value(model: onnx.ModelProto, shape: tuple[int, ...], lstm: bool) -> None:
+    """Integer intermediates equal to onnxruntime's (optimisations off), y within 1e-2."""
+    model = _with_every_value_exposed(model)
     feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -130,7 +147,8 @@ def test_quantize_dynamic_models_match_onnxruntime(tmp_path, name: str, per_chan
     expected = dict(zip(names, reference.run(None, feeds), strict=True))
     got = dict(zip(names, Session.load(model.SerializeToString()).run(None, feeds), strict=True))
     integers = [n for n in names if expected[n].dtype.kind in "iu"]
-    if "lstm" in name:
+    assert integers
+    if lstm:
         # What follows DynamicQuantizeLSTM re-quantizes its float output, which differs from
         # onnxruntime's by the activation rounding the module docstring of qlinear.py names.
         np.testing.assert_allclose(got["Yh"], expected["Yh"], rtol=1e-2, atol=1e-2)
@@ -138,6 +156,55 @@ def test_quantize_dynamic_models_match_onnxruntime(tmp_path, name: str, per_chan
     for value in integers:
         np.testing.assert_array_equal(got[value], expected[value], err_msg=value)
     np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-2, atol=1e-2)
+
+
+def _op_types(model: onnx.ModelProto) -> set[str]:
+    return {f"{n.domain}.{n.op_type}".lstrip(".") for n in model.graph.node}
+
+
+def _with_every_value_exposed(model: onnx.ModelProto) -> onnx.ModelProto:
+    inferred = onnx.shape_inference.infer_shapes(model)
+    declared = {output.name for output in inferred.graph.output}
+    produced = {name for node in inferred.graph.node for name in node.output}
+    inferred.graph.output.extend(
+        v for v in inferred.graph.value_info if v.name in produced - declared
+    )
+    return inferred
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_quantize_dynamic_models_match_onnxruntime(tmp_path, name: str, per_channel: bool):
+    quantized, shape = _quantized(tmp_path, name, per_channel=per_channel)
+    expected_op = "com.microsoft.DynamicQuantizeLSTM" if "lstm" in name else "MatMulInteger"
+    assert expected_op in _op_types(quantized)
+    _compare_every_value(quantized, shape, lstm="lstm" in name)
+
+
+STATIC_OPS = {
+    ("cnn", "QOperator"): {
+        "QLinearConv", "com.microsoft.QLinearAdd", "com.microsoft.QLinearSigmoid",
+        "com.microsoft.QLinearMul", "com.microsoft.QLinearLeakyRelu",
+        "com.microsoft.QLinearAveragePool", "com.microsoft.QLinearConcat",
+        "com.microsoft.QLinearGlobalAveragePool", "com.microsoft.QGemm",
+        "com.microsoft.QLinearSoftmax",
+    },
+    ("bert", "QOperator"): {"QLinearMatMul", "com.microsoft.QLinearAdd",
+                            "com.microsoft.QLinearSoftmax"},
+    ("lstm", "QOperator"): {"QLinearMatMul", "LSTM"},
+    ("cnn", "QDQ"): {"QuantizeLinear", "DequantizeLinear", "Conv", "Gemm"},
+    ("bert", "QDQ"): {"QuantizeLinear", "DequantizeLinear", "MatMul"},
+    ("lstm", "QDQ"): {"QuantizeLinear", "DequantizeLinear", "LSTM"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "fmt"), sorted(STATIC_OPS))
+def test_quantize_static_models_match_onnxruntime(tmp_path, name: str, fmt: str):
+    """The static quantizer's QOperator graphs hold the com.microsoft QLinear family, its QDQ
+    graphs ONNX's QuantizeLinear/DequantizeLinear pairs around float operators."""
+    quantized, shape = _quantized(tmp_path, name, fmt)
+    assert STATIC_OPS[name, fmt] <= _op_types(quantized), _op_types(quantized)
+    _compare_every_value(quantized, shape, lstm=False)
 
 
 def test_dynamic_quantize_lstm_refuses_a_scale_of_the_wrong_shape(tmp_path):
