@@ -147,7 +147,7 @@ def _compare_every_value(model: onnx.ModelProto, shape: tuple[int, ...], lstm: b
     expected = dict(zip(names, reference.run(None, feeds), strict=True))
     got = dict(zip(names, Session.load(model.SerializeToString()).run(None, feeds), strict=True))
     integers = [n for n in names if expected[n].dtype.kind in "iu"]
-    assert integers
+    assert integers or lstm
     if lstm:
         # What follows DynamicQuantizeLSTM re-quantizes its float output, which differs from
         # onnxruntime's by the activation rounding the module docstring of qlinear.py names.
@@ -205,6 +205,34 @@ def test_quantize_static_models_match_onnxruntime(tmp_path, name: str, fmt: str)
     quantized, shape = _quantized(tmp_path, name, fmt)
     assert STATIC_OPS[name, fmt] <= _op_types(quantized), _op_types(quantized)
     _compare_every_value(quantized, shape, lstm=False)
+
+
+FUSED_OPS = {
+    ("bert", "dynamic"): {"com.microsoft.MatMulIntegerToFloat",
+                          "com.microsoft.DynamicQuantizeMatMul"},
+    ("lstm", "dynamic"): {"com.microsoft.DynamicQuantizeLSTM",
+                          "com.microsoft.DynamicQuantizeMatMul"},
+    ("cnn", "QDQ"): {"QLinearConv", "com.microsoft.QLinearAdd", "com.microsoft.QGemm",
+                     "com.microsoft.QLinearConcat", "com.microsoft.QLinearSoftmax"},
+    ("bert", "QDQ"): {"QLinearMatMul", "com.microsoft.QLinearAdd",
+                      "com.microsoft.QLinearSoftmax"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "fmt"), sorted(FUSED_OPS))
+def test_models_onnxruntime_optimized_after_quantizing_match_it(tmp_path, name: str, fmt: str):
+    """onnxruntime's own graph optimizer (level EXTENDED, saved with optimized_model_filepath)
+    turns quantize_dynamic's products into MatMulIntegerToFloat and DynamicQuantizeMatMul and
+    QDQ pairs into the QLinear operators; the saved file runs as onnxruntime runs it."""
+    quantized, shape = _quantized(tmp_path, name, fmt)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(quantized.SerializeToString(), options,
+                         providers=["CPUExecutionProvider"])  # fmt: skip
+    optimized = onnx.load(tmp_path / "optimized.onnx")
+    assert FUSED_OPS[name, fmt] <= _op_types(optimized), _op_types(optimized)
+    _compare_every_value(optimized, shape, lstm="lstm" in name)
 
 
 def test_dynamic_quantize_lstm_refuses_a_scale_of_the_wrong_shape(tmp_path):
