@@ -15,6 +15,10 @@ steps follow onnxruntime's CPU kernels so the integers agree with its own:
   quantized as QuantizeLinear does.
 - QLinearGlobalAveragePool: the exact integer sum Σ(x − x_zp), times x_scale / (y_scale · n),
   rounded, plus y_zp.
+- QLinearAveragePool: the float32 AveragePool (row-major window sums) of the dequantized x,
+  then round(mean / y_scale + y_zp).
+- QLinearSoftmax, QGemm: see their classes. MatMulIntegerToFloat and QAttention take the exact
+  integer product (or the dequantized operands) into float32 as onnxruntime's fusions do.
 
 Rounding is half to even, and results saturate to the output type.
 
@@ -44,6 +48,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.broadcast import multidirectional
+from onemodel.graph.operators.contrib import ContribAttention
 from onemodel.graph.operators.matmul import matmul_shape
 from onemodel.graph.operators.pooling import AveragePoolOp
 from onemodel.graph.operators.quantize import QuantizedOperator, QuantizedProduct, encode
@@ -481,6 +486,52 @@ class MatMulIntegerToFloatOp(QuantizedProduct):
         outputs[0][...] = result.reshape(outputs[0].shape)
 
 
+class QAttentionOp(ContribAttention):
+    """com.microsoft.Attention with its input (uint8, from DynamicQuantizeLinear) and packed
+    weights (int8/uint8, per tensor or per column) quantized, as quantize_dynamic rewrites
+    Attention: both are dequantized in float32 and Attention runs. Inputs input, weight, bias,
+    input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past
+    (refused)."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        node = self.node
+        self.check_types(ctx, _EIGHT_BITS, 0, 1, 6, 7)
+        self.check_types(ctx, _FLOAT, 2, 3, 4)
+        for zero, operand in ((6, 0), (7, 1)):
+            if len(ctx) > zero and ctx.has(zero) and ctx.dtype(zero) != ctx.dtype(operand):
+                raise node.invalid(
+                    f"QAttention: zero point '{node.inputs[zero]}' is not of the type of "
+                    f"'{node.inputs[operand]}'",
+                    node.inputs[zero],
+                )
+        columns = ctx.shape(1)[-1:]
+        for index in (3, 4, 6, 7):
+            if len(ctx) <= index or not ctx.has(index) or math.prod(ctx.shape(index)) == 1:
+                continue
+            if index not in (4, 7) or ctx.shape(index) != columns:
+                raise node.bad_input(
+                    f"QAttention: input '{node.inputs[index]}' of shape {ctx.shape(index)} "
+                    f"must hold one value{' or one per column' if index in (4, 7) else ''}",
+                    node.inputs[index],
+                )
+        if len(ctx) > 8 and ctx.has(8):
+            raise node.unsupported("QAttention with a KV cache (past) is not supported")
+        specs = [TensorSpec(DType.FLOAT, ctx.shape(0)), TensorSpec(DType.FLOAT, ctx.shape(1)),
+                 ctx.specs[2], ctx.specs[5] if len(ctx) > 5 else None]  # fmt: skip
+        return super().infer(InferContext(node, specs, [None] * len(specs)))
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp = ctx.xp
+        given = list(inputs) + [None] * (9 - len(inputs))
+        real = []
+        for value, scale, zero in ((given[0], given[3], given[6]), (given[1], given[4], given[7])):
+            shifted = value.astype(xp.int32)  # parameters per tensor, or per last-axis column
+            if zero is not None:
+                shifted = shifted - zero.reshape(-1).astype(xp.int32)
+            real.append(shifted.astype(xp.float32) * scale.reshape(-1).astype(xp.float32))
+        super().run(ctx, [real[0], real[1], given[2], given[5]], outputs)
+
+
 class DynamicQuantizeLSTMOp(LSTMOp):
     """LSTM with quantized W and R (see the module docstring); inputs 8–11 are W_scale,
     W_zero_point, R_scale and R_zero_point."""
@@ -541,4 +592,5 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("QLinearSoftmax", 1, QLinearSoftmaxOp, domain=MICROSOFT),
     OpDef("QGemm", 1, QGemmOp, domain=MICROSOFT),
     OpDef("MatMulIntegerToFloat", 1, MatMulIntegerToFloatOp, domain=MICROSOFT),
+    OpDef("QAttention", 1, QAttentionOp, domain=MICROSOFT),
 )
