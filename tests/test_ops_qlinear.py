@@ -127,6 +127,18 @@ def test_concat_requantizes_as_onnxruntime(dtype, trial) -> None:
 
 
 @pytest.mark.parametrize("trial", TRIALS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_where_requantizes_as_onnxruntime(dtype, trial) -> None:
+    z_scale, z_zero = _scale(), _zero(dtype)
+    condition = RNG.random((3, 1, 6)) > 0.4
+    inputs = [condition, *_triple(dtype, 3, 4, 6), *_triple(dtype, 4, 1), z_scale, z_zero]
+    if trial == 0:  # y already has z's parameters: copied
+        inputs[5], inputs[6] = z_scale, z_zero
+    got, expected = _run_both("QLinearWhere", inputs, output_type=CODES[dtype])
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("trial", TRIALS)
 @pytest.mark.parametrize("quantized_output", [True, False], ids=["quantized", "float"])
 @pytest.mark.parametrize("per_column", [False, True], ids=["per_tensor", "per_column"])
 @pytest.mark.parametrize("dtype", DTYPES)

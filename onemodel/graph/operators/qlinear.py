@@ -10,9 +10,9 @@ steps follow onnxruntime's CPU kernels so the integers agree with its own:
   is one value along the innermost axis: then (fixed + b · rB) + a · rA.
 - QLinearMul: (a − a_zp) · (b − b_zp), an exact integer, times (a_scale · b_scale) / c_scale,
   plus c_zp, rounded.
-- QLinearSigmoid, QLinearLeakyRelu and QLinearConcat's re-quantized inputs map each of the 256
-  values through a table: dequantized in float32 (x_scale · (x − x_zp)), the function applied,
-  quantized as QuantizeLinear does.
+- QLinearSigmoid, QLinearLeakyRelu, and the re-quantized inputs of QLinearConcat and
+  QLinearWhere, map each of the 256 values through a table: dequantized in float32
+  (x_scale · (x − x_zp)), the function applied, quantized as QuantizeLinear does.
 - QLinearGlobalAveragePool: the exact integer sum Σ(x − x_zp), times x_scale / (y_scale · n),
   rounded, plus y_zp.
 - QLinearAveragePool: the float32 AveragePool (row-major window sums) of the dequantized x,
@@ -275,6 +275,37 @@ class QLinearConcatOp(PerTensorQuantized):
             given = [x, inputs[index + 1], inputs[index + 2], inputs[0], inputs[1]]
             parts.append(self.requantize.table(xp, x.dtype, given)[_table_indices(x)])
         outputs[0][...] = xp.concatenate(parts, axis=self.axis % outputs[0].ndim)
+
+
+class QLinearWhereOp(PerTensorQuantized):
+    """where(condition, x, y) with x and y re-quantized to z's parameters through tables (a
+    copy where they already match); inputs condition, x, x_scale, x_zp, y, y_scale, y_zp,
+    z_scale, z_zp, broadcast as numpy does."""
+
+    quantized, scales, zero_points = (1, 4), (2, 5, 7), (3, 6, 8)
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        if len(node.inputs) != 9:
+            raise node.invalid("QLinearWhere needs its 9 inputs")
+        self.requantize = _Requantize(node)
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        dtype = self.check_parameters(ctx)
+        self.check_types(ctx, frozenset({DType.BOOL}), 0)
+        return [ctx.output(dtype, multidirectional(ctx, (0, 1, 4)))]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp = ctx.xp
+        target = (self.scale(inputs, 7), self.zero_point(inputs, 8))
+        chosen = []
+        for index in (1, 4):
+            value = inputs[index]
+            if (self.scale(inputs, index + 1), self.zero_point(inputs, index + 2)) != target:
+                given = [value, inputs[index + 1], inputs[index + 2], inputs[7], inputs[8]]
+                value = self.requantize.table(xp, value.dtype, given)[_table_indices(value)]
+            chosen.append(value)
+        outputs[0][...] = xp.where(inputs[0], chosen[0], chosen[1])
 
 
 class _Requantize(LookupTable):
@@ -593,4 +624,5 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("QGemm", 1, QGemmOp, domain=MICROSOFT),
     OpDef("MatMulIntegerToFloat", 1, MatMulIntegerToFloatOp, domain=MICROSOFT),
     OpDef("QAttention", 1, QAttentionOp, domain=MICROSOFT),
+    OpDef("QLinearWhere", 1, QLinearWhereOp, domain=MICROSOFT),
 )
