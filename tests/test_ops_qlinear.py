@@ -144,7 +144,7 @@ def test_where_requantizes_as_onnxruntime(dtype, trial) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_qgemm_equals_onnxruntime(dtype, per_column, quantized_output, trial) -> None:
     a = _codes(dtype, 5, 24)
-    b = (_codes(np.int8, 7, 24) // 2).astype(np.int8)  # 7 bits: see test_ops_quant_losses
+    b = (_codes(np.int8, 7, 24) // 2).astype(np.int8)  # 7 bits: see test_quantized_models
     b_scale = RNG.uniform(0.002, 0.2, 7).astype(np.float32) if per_column else _scale()
     b_zero = np.zeros(7, np.int8) if per_column else np.array(0, np.int8)
     bias = RNG.integers(-5000, 5000, 7).astype(np.int32)

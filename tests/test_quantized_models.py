@@ -4,7 +4,7 @@ encoder block, built with onnx.helper and quantized in the test. Every integer i
 (exposed as an extra graph output) equals onnxruntime's, those after an LSTM's float output
 excepted, and the float outputs agree within 1e-2. Weights are quantized with reduce_range
 (7 bits): onnxruntime's uint8 × int8 product on x86 without VNNI saturates int16 pair sums
-otherwise (see test_ops_quant_losses.py)."""
+otherwise (test_onnxruntime_saturates_uint8_int8_pairs_without_vnni)."""
 
 from __future__ import annotations
 
@@ -258,6 +258,37 @@ def test_models_onnxruntime_optimized_after_quantizing_match_it(tmp_path, name: 
     optimized = onnx.load(tmp_path / "optimized.onnx")
     assert FUSED_OPS[name, fmt] <= _op_types(optimized), _op_types(optimized)
     _compare_every_value(optimized, shape, lstm="lstm" in name)
+
+
+def test_onnxruntime_saturates_uint8_int8_pairs_without_vnni() -> None:
+    """Why the models above use 7-bit weights: onnxruntime's AVX2 kernel (x86 without VNNI)
+    sums the raw products of k = 2i and 2i + 1 in int16 with saturation (vpmaddubsw), so
+    with full-range operands its MatMulInteger is either exact (VNNI, ARM) or this saturated
+    sum; onemodel's is the exact sum ONNX defines. 7-bit weights cannot saturate a pair."""
+    a = RNG.integers(0, 256, (8, 33)).astype(np.uint8)
+    b = RNG.integers(-128, 128, (33, 6)).astype(np.int8)
+    node = helper.make_node("MatMulInteger", ["a", "b", "a_zero", "b_zero"], ["y"])
+    graph = helper.make_graph(
+        [node], "matmul_integer", [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.uint8(12), "a_zero"),
+         numpy_helper.from_array(np.int8(3), "b_zero")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    reference = ort.InferenceSession(model.SerializeToString(), options,
+                                     providers=["CPUExecutionProvider"])  # fmt: skip
+    (theirs,) = reference.run(None, {"a": a})
+    (ours,) = Session.load(model.SerializeToString()).run(None, {"a": a})
+    exact = (a.astype(np.int64) - 12) @ (b.astype(np.int64) - 3)
+    np.testing.assert_array_equal(ours, exact)
+    wide_a, wide_b = np.pad(a, ((0, 0), (0, 1))).astype(np.int64), np.pad(b, ((0, 1), (0, 0)))
+    pairs = wide_a[:, 0::2, None] * wide_b[None, 0::2] + wide_a[:, 1::2, None] * wide_b[None, 1::2]
+    saturated = np.clip(pairs, -32768, 32767).sum(1) - 12 * b.astype(np.int64).sum(0)
+    saturated += -3 * a.astype(np.int64).sum(1)[:, None] + 33 * 12 * 3
+    assert np.array_equal(theirs, exact) or np.array_equal(theirs, saturated)
 
 
 def test_dynamic_quantize_lstm_refuses_a_scale_of_the_wrong_shape(tmp_path):
