@@ -908,3 +908,40 @@ def test_a_default_domain_function_does_not_replace_a_standard_operator():
         functions=[relu, custom],
     )
     assert [node.op_type for node in model_from_proto(proto).graph.nodes] == ["Relu", "Neg"]
+
+
+def test_a_negative_declared_extent_reads_as_unknown_as_onnxruntime_reads_it():
+    """PaddlePaddle writes dim_value -1 for unknown extents: in graph inputs and outputs,
+    value_info and subgraph signatures the model loads and runs as onnxruntime runs it."""
+    ort = pytest.importorskip("onnxruntime")
+    from onemodel import Session
+
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node(op, ["t"], [f"{name}_out"])], name, [],
+            [value(f"{name}_out", shape=[-1, 2])],
+        )  # fmt: skip
+
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["t"]),
+        helper.make_node("ReduceMax", ["x"], ["flag_value"], keepdims=0),
+        helper.make_node("Greater", ["flag_value", "zero"], ["flag"]),
+        helper.make_node(
+            "If", ["flag"], ["y"], then_branch=branch("then", "Neg"),
+            else_branch=branch("else", "Abs"),
+        ),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "paddle_like", [value("x", shape=[-1, 2])], [value("y", shape=[-1, -1])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")],
+        value_info=[value("t", shape=[-1, 2])],
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    proto.ir_version = 8
+    reference = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = Session.load(proto.SerializeToString())
+    assert session.inputs[0].dims == tuple(reference.get_inputs()[0].shape) == (None, 2)
+    assert session.outputs[0].dims == (None, None)  # onnxruntime shows its inferred (None, 2)
+    for x in (np.arange(6, dtype=np.float32).reshape(3, 2), -np.ones((1, 2), np.float32)):
+        (expected,) = reference.run(None, {"x": x})
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)

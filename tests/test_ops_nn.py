@@ -416,6 +416,23 @@ def test_average_pool_matches_onnxruntime(case: str) -> None:
     assert_matches_onnxruntime("AveragePool", [normal(*shape)], attributes, opset=19)
 
 
+@pytest.mark.parametrize(
+    ("case", "opset"),
+    [(case, opset) for case in AVERAGE_POOL_CASES for opset in (11, 19)
+     if opset >= 19 or len(AVERAGE_POOL_CASES[case][0]) == 4],
+)  # fmt: skip
+def test_average_pool_sums_in_onnxruntimes_order(case: str, opset: int) -> None:
+    """Bit for bit: before opset 19 onnxruntime sums each 2-D window one spatial axis at a
+    time (first axis first), from 19 (and for ceil_mode windows counting padding) in row-major
+    order; quantized models round these sums. Its 3-D order before opset 19 is neither, so
+    3-D is left to the tolerance test above there. Dilations exist from opset 19."""
+    shape, attributes = AVERAGE_POOL_CASES[case]
+    if opset < 19:
+        attributes = {k: v for k, v in attributes.items() if k != "dilations"}
+    assert_matches_onnxruntime("AveragePool", [normal(*shape)], attributes, opset=opset,
+                               rtol=0, atol=0)  # fmt: skip
+
+
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lp_pool_matches_onnxruntime(p: int) -> None:
     attributes = {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1], "p": p}

@@ -510,19 +510,25 @@ class ArrayKernels:
         pads: Sequence[int],
         dilations: Sequence[int],
         scratch: Scratch | None = None,
+        row_major: bool = False,
     ) -> None:
         """Sum of the real positions of each window of x (N, C, *S) into out (N, C, *O).
 
         Window placement as in `max_pool_arrays`; padding adds nothing. Average and Lp pooling
-        divide or take roots afterwards. One spatial axis at a time (`_pool_separably`), so
-        the sums run in that order rather than row-major.
+        divide or take roots afterwards. One spatial axis at a time (`_pool_separably`), the
+        first spatial axis first, or with `row_major` one pass per kernel offset in row-major
+        order: the two float summation orders of onnxruntime's CPU AveragePool (its pooling
+        library before opset 19, a row-major loop from 19).
         """
         xp = self.xp
         axes = window_axes(x.shape[2:], out.shape[2:], kernel, strides, pads, dilations)
         narrow = out.dtype in NARROW_FLOATS
         total = xp.empty(out.shape, dtype=xp.float32) if narrow else out
         with quiet():
-            self._pool_separably(x, total, axes, xp.add, 0, scratch)
+            if row_major:
+                self._pool_taps(x, total, axes, xp.add, 0)
+            else:
+                self._pool_separably(x, total, axes, xp.add, 0, scratch, last_first=False)
         if narrow:
             out[...] = total
 
@@ -534,17 +540,20 @@ class ArrayKernels:
         combine: Any,
         identity: Any,
         scratch: Scratch | None,
+        last_first: bool = True,
     ) -> None:
         """A window reduction that is one along each axis in turn (max, sum): a k×k window
-        costs 2k whole-array passes instead of k², last axis first so that, for max, the first
-        NaN in row-major window order still wins. Intermediates go to `scratch` when given."""
+        costs 2k whole-array passes instead of k². Max goes last axis first so that the first
+        NaN in row-major window order still wins; sums choose their order (`last_first`).
+        Intermediates go to `scratch` when given."""
         xp = self.xp
         allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
         pooled = [i for i, axis in enumerate(axes) if not _identity_axis(axis)]
+        order = pooled[::-1] if last_first else pooled
         current = x
-        for i in reversed(pooled):
+        for i in order:
             shape = (*current.shape[: 2 + i], axes[i].extent, *current.shape[3 + i :])
-            target = out if i == pooled[0] else allocate(shape, out.dtype)
+            target = out if i == order[-1] else allocate(shape, out.dtype)
             one = [_pass_through(n) for n in current.shape[2:]]
             one[i] = axes[i]
             self._pool_taps(current, target, one, combine, identity)

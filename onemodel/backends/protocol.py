@@ -141,9 +141,18 @@ class Kernels(Protocol):
         """N-D max pooling with max_pool2d's rules; int64 `indices` are positions in the plane."""
 
     def sum_pool_arrays(
-        self, x: Any, out: Any, kernel: Any, strides: Any, pads: Any, dilations: Any
+        self,
+        x: Any,
+        out: Any,
+        kernel: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        scratch: Any = None,
+        row_major: bool = False,
     ) -> None:
-        """N-D sum of each window's real positions (padding adds nothing)."""
+        """N-D sum of each window's real positions (padding adds nothing): one spatial axis
+        at a time, first axis first, or with `row_major` in the window's row-major order."""
 
     # Exact mode's array entry points (onemodel/backends/exact_arrays.py, docs/exact-mode.md):
     # float64 work in one written-out order, rounded once into `out`; the same bits everywhere.

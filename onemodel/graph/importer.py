@@ -377,9 +377,11 @@ def _value_type(proto: onnx.TypeProto) -> ValueType:
 
 
 def _dim(proto: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """A declared extent; a negative dim_value (PaddlePaddle writes -1) is unknown, as
+    onnxruntime reads it."""
     kind = proto.WhichOneof("value")
     if kind == "dim_value":
-        return proto.dim_value
+        return proto.dim_value if proto.dim_value >= 0 else None
     if kind == "dim_param":
         return proto.dim_param
     return None

@@ -4,7 +4,8 @@ with an alpha/beta epilogue).
 Both run on the backend's `matmul_arrays`; in exact mode floating products use
 `exact_matmul_arrays` instead, whose float64 sums in the fixed order k = 0..K−1 give the same
 bits on every machine. Gemm's epilogue is separate roundings (alpha·AB, beta·C, then their sum),
-never a fused multiply-add, so exact mode can define it.
+never a fused multiply-add, so exact mode can define it. In fast mode a float16 or bfloat16
+Gemm forms that epilogue in float32 and rounds once, as onnxruntime's CPU kernel does.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.unary import IEEE_FLOATS, WIDE_INTEGERS
-from onemodel.tensors import DType
+from onemodel.tensors import DType, numpy_dtype_for_onnx
+
+BFLOAT16 = numpy_dtype_for_onnx(DType.BFLOAT16)
 
 
 def _product_types(opset: int) -> frozenset[int]:
@@ -167,6 +170,18 @@ class GemmOp(MatrixProduct):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         a, b, c = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
         (out,) = outputs
+        xp = ctx.xp
+        if not ctx.exact and out.dtype in (xp.float16, BFLOAT16):
+            # onnxruntime forms a float16 Gemm's whole epilogue in float32 and rounds once
+            # (its CPU kernel runs the float32 Gemm between casts): so does fast mode.
+            wide = xp.empty(out.shape, dtype=xp.float32)
+            self._epilogue(ctx, a, b, None if c is None else c.astype(xp.float32), wide)
+            out[...] = wide
+            return
+        self._epilogue(ctx, a, b, c, out)
+
+    def _epilogue(self, ctx: RunContext, a: Array, b: Array, c: Array | None, out: Array) -> None:
+        """out = alpha·op(a)·op(b) + beta·c in out's type, each step rounded to it."""
         self._multiply(ctx, a.T if self.trans_a else a, b.T if self.trans_b else b, out)
         xp = ctx.xp
         # Each scale is one float64 product rounded to the output type: exact for float32 and

@@ -160,7 +160,8 @@ class MaxPoolOp(WindowPool):
 
 class AveragePoolOp(WindowPool):
     """The mean of each window's real positions; with count_include_pad, padding counts as
-    zeros but positions past the explicit pads (added by ceil_mode) still do not. Exact: the
+    zeros but positions past the explicit pads (added by ceil_mode) still do not. The float
+    sum runs in onnxruntime's order for the node's opset (see `sum_pool_arrays`). Exact: the
     ordered float64 window sum divided once by that count (exact_average_pool_arrays)."""
 
     supports_exact = True
@@ -168,6 +169,9 @@ class AveragePoolOp(WindowPool):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.count_include_pad = bool(node.attr("count_include_pad", 0))
+        # onnxruntime's summation order: its pooling library's (one axis at a time) before
+        # opset 19, a row-major loop from 19 and for ceil_mode windows that count padding.
+        self._row_major = node.opset >= 19 or (self.ceil_mode and self.count_include_pad)
         # Divisors by input shape and compute type, made once rather than in every run.
         self._divisors: dict[tuple, Any] = {}
 
@@ -216,7 +220,9 @@ class AveragePoolOp(WindowPool):
             return
         compute = _compute_dtype(xp, out.dtype)
         total = out if compute == out.dtype else ctx.scratch(out.shape, compute)
-        ctx.kernels.sum_pool_arrays(x, total, *self._kernel_args(x), scratch=ctx.scratch)
+        ctx.kernels.sum_pool_arrays(
+            x, total, *self._kernel_args(x), scratch=ctx.scratch, row_major=self._row_major
+        )
         divisor = self._cached_divisor(xp, x.shape, compute)
         xp.divide(total, divisor, out=out, casting="unsafe")
 

@@ -198,8 +198,9 @@ class QuantizeLinearOp(LinearQuantization):
     """y = saturate(round(x / scale) + zero_point) into the zero point's type (`output_dtype`
     from opset 21, else uint8). The division is rounded to the precision type first: the
     `precision` attribute (opset 23), else the scale's type — float16 in float16 (NumPy forms
-    the quotient in float32, so the one rounding to float16 is correct), bfloat16 likewise by
-    way of float32, an int32 scale in float64, a float8e8m0 scale (a power of two) in float32.
+    the quotient in float32, so the one rounding to float16 is correct; before opset 23, which
+    leaves it open, in float32 unrounded as onnxruntime does), bfloat16 likewise by way of
+    float32, an int32 scale in float64, a float8e8m0 scale (a power of two) in float32.
     """
 
     def __init__(self, node: NodeInfo) -> None:
@@ -266,6 +267,10 @@ class QuantizeLinearOp(LinearQuantization):
 
     def _divide(self, xp: Any, x: Array, scale: Array) -> Array:
         code = self.precision or onnx_code_for_numpy(scale.dtype)
+        if code == T.FLOAT16 and self.node.opset < 23:
+            # Before opset 23 ONNX leaves the quotient's precision open; onnxruntime forms
+            # a float16 quotient in float32, unrounded (from 23 it follows `precision`).
+            return x.astype(xp.float32) / scale.astype(xp.float32)
         if code == T.FLOAT16:
             return x.astype(xp.float16) / scale.astype(xp.float16)
         if code == T.BFLOAT16:
