@@ -25,12 +25,13 @@ from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.element_types import element_types
-from onemodel.graph.executor import GraphExecutor
+from onemodel.graph.executor import GraphExecutor, compile_body
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.passes.base import OptimizationLevel
 from onemodel.graph.passes.export import optimized_model
-from onemodel.graph.plan import ExecutionPlan, signature_of
+from onemodel.graph.plan import ExecutionPlan
+from onemodel.graph.values import signature_of
 from onemodel.graph.weights import WeightStorage
 from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
@@ -105,6 +106,7 @@ class Session:
             guard=None if cancel is None else RunGuard(cancel, None),
             level=OptimizationLevel(options.optimization_level),
             weight_storage=WeightStorage(options.weight_storage),
+            bodies=compile_body,
         )
         if options.optimized_model_path:
             onnx.save(optimized_model(self._graph, model), options.optimized_model_path)

@@ -6,15 +6,18 @@ nested one, compiled once with its node and run once per branch or iteration.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph
 from onemodel.graph.operators.base import TensorSpec
-from onemodel.graph.plan import ExecutionPlan, signature_of
+from onemodel.graph.plan import ExecutionPlan
 from onemodel.graph.run_state import StatePool
+from onemodel.graph.values import signature_of
 
 
 class GraphExecutor:
@@ -97,3 +100,15 @@ class GraphExecutor:
     @property
     def input_names(self) -> Sequence[str]:
         return [meta.name for meta in self.graph.inputs]
+
+
+def compile_body(parent: CompiledGraph, body: ir.Graph) -> GraphExecutor:
+    """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the
+    outer values it reads become extra inputs after its declared ones."""
+    captured = tuple(ir.ValueInfo(name) for name in body.outer_names)
+    graph = dataclasses.replace(body, inputs=(*body.inputs, *captured))
+    model = ir.Model(graph=graph, opsets=parent.opsets)
+    nested = CompiledGraph(
+        model, parent.kernels, exact=parent.exact, checked=parent.checked, bodies=compile_body
+    )
+    return GraphExecutor(nested, checked=parent.checked)

@@ -14,10 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from onemodel.errors import ErrorKind, SessionError
-from onemodel.graph.compiled import ABSENT, CompiledGraph, CompiledNode
+from onemodel.errors import SessionError
+from onemodel.graph.compiled import CompiledGraph, CompiledNode
 from onemodel.graph.memory_plan import MemoryPlan, PlannedStep, PlannedValue, plan_memory
 from onemodel.graph.operators.base import (
     Constant,
@@ -26,7 +24,15 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.tensors import onnx_code_for_numpy
+from onemodel.graph.values import (
+    ABSENT,
+    HostValues,
+    canonical_nans,
+    is_tensor,
+    operator_failure,
+    run_operator,
+    spec_of,
+)
 
 FOLD_LIMIT_BYTES = 64 * 1024
 
@@ -44,84 +50,6 @@ class Step:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]  # absent optional outputs get plan-private ids
     specs: tuple[TensorSpec, ...] | None  # static and view steps
-
-
-# Exact mode's NaN (python-port.md): the positive quiet NaN with no payload, per width.
-_CANONICAL_NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
-_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def canonical_nans(xp: Any, array: Any) -> None:
-    """Rewrite every NaN of a float array (16/32/64-bit, bfloat16) to the canonical bits, in
-    place: exact mode promises the same bits everywhere, and NaN payloads and signs differ
-    between machines."""
-    if array.dtype.name == "bfloat16":
-        canonical = 0x7FC0
-    elif array.dtype.kind == "f" and array.dtype.itemsize in _BITS:
-        canonical = _CANONICAL_NAN_BITS[array.dtype.itemsize]
-    else:
-        return
-    bits = array.view(_BITS[array.dtype.itemsize])
-    xp.copyto(bits, bits.dtype.type(canonical), where=array != array)
-
-
-def spec_of(array: Any) -> TensorSpec:
-    return TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape))
-
-
-def is_tensor(value: Any) -> bool:
-    """Tensors are arrays; sequences are lists and an empty optional is None."""
-    return value is not None and not isinstance(value, list)
-
-
-@dataclass(frozen=True, slots=True)
-class SequenceSpec:
-    """A sequence value in an input signature: the specs of its elements."""
-
-    elements: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class EmptyOptional:
-    """An empty optional in an input signature (None there means: use the default)."""
-
-
-EMPTY_OPTIONAL = EmptyOptional()
-
-
-def signature_of(value: Any) -> TensorSpec | SequenceSpec | EmptyOptional:
-    """The cache key of a value: tensors by type and shape, sequences by their elements.
-
-    Sequences and optionals are planned as run-time values (dynamic), since their contents are
-    values, not shapes."""
-    if value is None:
-        return EMPTY_OPTIONAL
-    if isinstance(value, list):
-        return SequenceSpec(tuple(signature_of(element) for element in value))
-    return spec_of(value)
-
-
-class HostValues(Sequence):
-    """Input values as `infer` reads them: host NumPy, converted only when asked for."""
-
-    __slots__ = ("_cache", "_to_host", "_values")
-
-    def __init__(self, values: Sequence[Any], to_host: Any) -> None:
-        self._values = values
-        self._to_host = to_host
-        self._cache: dict[int, np.ndarray] = {}
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        value = self._values[index]
-        if value is None:
-            return None
-        host = self._cache.get(index)
-        if host is None:
-            host = self._cache[index] = np.asarray(self._to_host(value))
-        return host
 
 
 class ExecutionPlan:
@@ -332,21 +260,3 @@ class ExecutionPlan:
             self.names[value_id], spec.nbytes, spec.dtype, producer,
             tuple(readers.get(value_id, ())), is_output, view_of,
         )  # fmt: skip
-
-
-def operator_failure(node: CompiledNode, stage: str, error: Exception) -> SessionError:
-    return SessionError(
-        ErrorKind.INVALID_INPUT,
-        f"{node.info.op_type} failed during {stage}: {type(error).__name__}: {error}",
-        node=node.info.name,
-    )
-
-
-def run_operator(node: CompiledNode, run: Any, ctx: RunContext, ins: list, outs: Any) -> Any:
-    """Call an operator's run; anything but a SessionError becomes one naming the node."""
-    try:
-        return run(ctx, ins, outs)
-    except SessionError:
-        raise
-    except Exception as error:
-        raise operator_failure(node, "run", error) from error

@@ -16,13 +16,12 @@ from typing import Any
 
 from onemodel.backends.fp_errors import run_scope
 from onemodel.errors import ErrorKind, SessionError
-from onemodel.graph.compiled import ABSENT
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
 from onemodel.graph.operators.prepared import PreparesConstants
-from onemodel.graph.plan import (
-    ExecutionPlan,
+from onemodel.graph.plan import ExecutionPlan, StepKind
+from onemodel.graph.values import (
+    ABSENT,
     HostValues,
-    StepKind,
     canonical_nans,
     is_tensor,
     operator_failure,
