@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from onemodel.errors import SessionError
 from onemodel.graph.compiled import CompiledGraph, CompiledNode
 from onemodel.graph.memory_plan import MemoryPlan, PlannedStep, PlannedValue, plan_memory
@@ -24,6 +26,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.control_flow import IfOp
 from onemodel.graph.values import (
     ABSENT,
     HostValues,
@@ -50,6 +53,10 @@ class Step:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]  # absent optional outputs get plan-private ids
     specs: tuple[TensorSpec, ...] | None  # static and view steps
+    # What profiles and traces call the step: the node's name and op type, prefixed with the
+    # If node (and its op type) whose branch the plan put in its place.
+    name: str = ""
+    label: str = ""
 
 
 class ExecutionPlan:
@@ -64,9 +71,12 @@ class ExecutionPlan:
         self.constants: list[Any] = [None] * self.value_count
         self._seed(signature)
         self.steps: list[Step] = []
+        self._extra_names: list[str] = []  # of plan-private ids
+        self._taken: set[str] | None = None  # all names, once a branch is inlined
+        self._scope: tuple[str, str] | None = None  # (name, label) of the If being inlined
         for node in graph.nodes:
             self._plan(node)
-        self.names = [*graph.names, *(f"#unused{i}" for i in range(self._extra_ids()))]
+        self.names = [*graph.names, *self._extra_names]
         self.output_ids = graph.output_ids
         self.memory = self._plan_memory()
         # Graph outputs a static step writes into a new array each run: the caller may keep them.
@@ -87,10 +97,16 @@ class ExecutionPlan:
             elif isinstance(spec, TensorSpec):
                 self.specs[value_id] = spec  # sequences and optionals stay run-time values
 
-    def _extra_ids(self) -> int:
-        return len(self.specs) - self.value_count
-
-    def _private_id(self, spec: TensorSpec | None) -> int:
+    def _private_id(self, spec: TensorSpec | None, name: str | None = None) -> int:
+        if name is None:
+            name = f"#unused{len(self._extra_names)}"
+        elif self._taken is not None:
+            unique, count = name, 1
+            while unique in self._taken:
+                unique, count = f"{name}#{count}", count + 1
+            self._taken.add(unique)
+            name = unique
+        self._extra_names.append(name)
         self.specs.append(spec)
         self.constants.append(None)
         return len(self.specs) - 1
@@ -99,6 +115,8 @@ class ExecutionPlan:
 
     def _plan(self, node: CompiledNode) -> None:
         operator, ins = node.operator, node.inputs
+        if isinstance(operator, IfOp) and self._inline(node, operator):
+            return
         if any(i != ABSENT and self.specs[i] is None for i in ins):
             self._schedule(StepKind.DYNAMIC, node, None)
             return
@@ -133,6 +151,53 @@ class ExecutionPlan:
                 return
         kind = StepKind.VIEW if operator.view_of_input is not None else StepKind.STATIC
         self._schedule(kind, node, specs)
+
+    def _inline(self, node: CompiledNode, operator: IfOp) -> bool:
+        """Plan the branch of an If whose condition is known now in the If's place: its nodes
+        read the If's captured values and write the If's outputs, so nothing is entered at
+        run time. False (the If is planned as a node) when the condition is not known, or the
+        branch passes an outer value or a constant straight through to an output."""
+        condition = ABSENT if not node.inputs else node.inputs[0]
+        value = None if condition == ABSENT else self.constants[condition]
+        if value is None or value.size != 1:
+            return False
+        host = np.asarray(self.graph.kernels.memory.to_host(value)).reshape(-1)[0]
+        body = (operator.then_branch if host else operator.else_branch).graph
+        produced = {v for n in body.nodes for v in n.outputs}
+        outputs = body.output_ids
+        if (
+            len(outputs) != len(node.outputs)
+            or ABSENT in node.outputs
+            or len(set(outputs)) != len(outputs)
+            or not produced.issuperset(outputs)
+            or body.defaults
+        ):
+            return False
+        if self._taken is None:
+            self._taken = {*self.graph.names, *self._extra_names}
+        prefix = node.info.name
+        captured = dict(zip(node.info.captured, node.inputs[len(node.info.inputs) :], strict=True))
+        ids = {vid: captured[m.name] for m, vid in zip(body.inputs, body.input_ids, strict=True)}
+        ids.update(zip(outputs, node.outputs, strict=True))
+        for value_id, array in body.weights.items():
+            ids[value_id] = self._private_id(spec_of(array), f"{prefix}/{body.names[value_id]}")
+            self.constants[ids[value_id]] = array
+
+        def mapped(values: tuple[int, ...]) -> tuple[int, ...]:
+            for v in values:
+                if v != ABSENT and v not in ids:
+                    ids[v] = self._private_id(None, f"{prefix}/{body.names[v]}")
+            return tuple(ABSENT if v == ABSENT else ids[v] for v in values)
+
+        outer = self._scope
+        self._scope = self._scoped(node.info.name, node.info.op_type)
+        try:
+            for inner in body.nodes:
+                inputs = mapped(inner.inputs)
+                self._plan(CompiledNode(inner.operator, inner.info, inputs, mapped(inner.outputs)))
+        finally:
+            self._scope = outer
+        return True
 
     def _infer_context(self, node: CompiledNode) -> InferContext:
         specs = [None if i == ABSENT else self.specs[i] for i in node.inputs]
@@ -190,7 +255,14 @@ class ExecutionPlan:
             else:
                 self.specs[value_id] = spec
             outputs.append(value_id)
-        self.steps.append(Step(kind, node, node.inputs, tuple(outputs), specs))
+        name, label = self._scoped(node.info.name, node.info.op_type)
+        self.steps.append(Step(kind, node, node.inputs, tuple(outputs), specs, name, label))
+
+    def _scoped(self, name: str, label: str) -> tuple[str, str]:
+        """A node's name and op type as profiles show them, under the If inlined around it."""
+        if self._scope is None:
+            return name, label
+        return f"{self._scope[0]}/{name}", f"{self._scope[1]}/{label}"
 
     # -- memory --------------------------------------------------------------------------------
 
