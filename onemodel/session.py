@@ -27,6 +27,7 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.element_types import element_types
 from onemodel.graph.executor import GraphExecutor, compile_body
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.passes.base import OptimizationLevel
@@ -99,16 +100,17 @@ class Session:
         self.kernels = _kernels(options.backend, model)
         self.model_info = model
         checked = checked_by_default() if options.checked is None else options.checked
-        self._graph = CompiledGraph(
-            model,
-            self.kernels,
-            exact=options.mode is ExecutionMode.EXACT,
-            checked=checked,
-            guard=None if cancel is None else RunGuard(cancel, None),
-            level=OptimizationLevel(options.optimization_level),
-            weight_storage=WeightStorage(options.weight_storage),
-            bodies=compile_body,
-        )
+        with paused_gc():
+            self._graph = CompiledGraph(
+                model,
+                self.kernels,
+                exact=options.mode is ExecutionMode.EXACT,
+                checked=checked,
+                guard=None if cancel is None else RunGuard(cancel, None),
+                level=OptimizationLevel(options.optimization_level),
+                weight_storage=WeightStorage(options.weight_storage),
+                bodies=compile_body,
+            )
         if options.optimized_model_path:
             onnx.save(optimized_model(self._graph, model), options.optimized_model_path)
         self._executor = GraphExecutor(

@@ -14,6 +14,7 @@ from typing import Any
 
 from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.plan import ExecutionPlan
 from onemodel.graph.run_state import StatePool
@@ -57,7 +58,8 @@ class GraphExecutor:
         with self._lock:
             entry = self._plans.get(signature)
             if entry is None:
-                plan = ExecutionPlan(self.graph, signature)
+                with paused_gc():
+                    plan = ExecutionPlan(self.graph, signature)
                 entry = (plan, StatePool(plan, checked=self.checked))
                 self._plans[signature] = entry
                 while len(self._plans) > self.max_cached_plans:

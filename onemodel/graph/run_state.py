@@ -16,6 +16,7 @@ from typing import Any
 
 from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
 from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.graph.plan import ExecutionPlan, StepKind
@@ -354,10 +355,11 @@ class StatePool:
             return self._idle.pop()  # atomic: list.pop and append need no lock of ours
         except IndexError:
             pass
-        with self._lock:
-            if self._prepared is None:
-                self._prepared = Prepared(self.plan)
-        return RunState(self.plan, checked=self.checked, prepared=self._prepared)
+        with paused_gc():  # a state per step of the plan: see gc_pause.py
+            with self._lock:
+                if self._prepared is None:
+                    self._prepared = Prepared(self.plan)
+            return RunState(self.plan, checked=self.checked, prepared=self._prepared)
 
     def give(self, state: RunState) -> None:
         if len(self._idle) < self.max_idle:  # racing gives may keep one or two more: harmless

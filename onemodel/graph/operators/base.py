@@ -54,7 +54,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.numpy_dtype.itemsize
+        return math.prod(self.shape) * self.numpy_dtype.itemsize  # math.prod: ~10x np.prod
 
 
 @dataclass(frozen=True, slots=True)
