@@ -280,8 +280,9 @@ class RunState:
         operator = node.operator
         xp = plan.graph.kernels.xp
         if operator.outputs_data_dependent:
-            results = run_operator(node, operator.run, self.ctx, list(ins), None)
-            self.ctx.charge(_size(results), node.info.name)
+            results = run_operator(node, operator.run, self.ctx, ins, None)
+            if self.ctx.guard is not None:  # sizing the results costs; only a limit needs it
+                self.ctx.charge(_size(results), node.info.name)
         else:
             if operator.view_of_input is not None and not is_tensor(ins[operator.view_of_input]):
                 table[step.outputs[0]] = ins[operator.view_of_input]  # Identity of a sequence
