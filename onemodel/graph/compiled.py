@@ -6,6 +6,7 @@ numbered so that plans and runs index lists instead of hashing names.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -321,13 +322,12 @@ def _definitions(
 def _check_arity(node: ir.Node, opset: int) -> None:
     """More inputs or outputs than ONNX's schema allows make the model invalid now, rather
     than leave a value no kernel writes. Operators onnx has no schema for are not checked."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except onnx.defs.SchemaError:
+    limits = _arity_limits(node.op_type, opset, node.domain)
+    if limits is None:
         return
     for kind, count, most in (
-        ("inputs", len(node.inputs), schema.max_input),
-        ("outputs", len(node.outputs), schema.max_output),
+        ("inputs", len(node.inputs), limits[0]),
+        ("outputs", len(node.outputs), limits[1]),
     ):
         if count > most:
             raise SessionError(
@@ -335,6 +335,17 @@ def _check_arity(node: ir.Node, opset: int) -> None:
                 f"{node.op_type} (opset {opset}) has {count} {kind}; ONNX defines at most {most}",
                 node=node.name,
             )
+
+
+@functools.cache
+def _arity_limits(op_type: str, opset: int, domain: str) -> tuple[int, int] | None:
+    """ONNX's most inputs and outputs for an operator, looked up once per type and opset (a
+    schema look-up costs microseconds, and a large graph repeats a few types many times)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    return schema.max_input, schema.max_output
 
 
 def _label(node: ir.Node, opset: int) -> str:
