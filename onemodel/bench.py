@@ -184,6 +184,11 @@ def _measure(
     return result, run
 
 
+def _carried(carry: Sequence[tuple[str, str]], output_names: Sequence[str]) -> list:
+    """(output position, input name) for each state a streaming model feeds back."""
+    return [(list(output_names).index(output), name) for output, name in carry]
+
+
 def _onemodel(model, feeds, threads, iterations, warmup, repeats):
     from onemodel.session import Session, SessionOptions
 
@@ -195,14 +200,19 @@ def _onemodel(model, feeds, threads, iterations, warmup, repeats):
         return sessions[-1]
 
     def runner(session: Any) -> Any:
+        state = dict(feeds)  # a streaming model's state goes from each run into the next
+        carried = _carried(model.carry, [meta.name for meta in session.outputs])
+
         def run() -> Any:
-            outputs = session.run(None, feeds)
+            outputs = session.run(None, state)
             session.kernels.synchronize()  # a GPU run is over when its kernels are
+            for position, name in carried:
+                state[name] = outputs[position]
             return outputs
 
         return run
 
-    result, run = _measure(
+    result, _ = _measure(
         create,
         runner,
         iterations=iterations,
@@ -212,7 +222,7 @@ def _onemodel(model, feeds, threads, iterations, warmup, repeats):
     )
     result["backend"] = sessions[-1].backend
     memory = sessions[-1].kernels.memory
-    return result, [memory.to_host(o) for o in run()]
+    return result, [memory.to_host(o) for o in sessions[-1].run(None, feeds)]
 
 
 def _onnxruntime(model, feeds, threads, iterations, warmup, repeats):
@@ -229,15 +239,28 @@ def _onnxruntime(model, feeds, threads, iterations, warmup, repeats):
             str(model.path), options, providers=["CPUExecutionProvider"]
         )
 
-    result, run = _measure(
-        create,
-        lambda s: lambda: s.run(None, feeds),
+    def runner(session: Any) -> Any:
+        state = dict(feeds)
+        carried = _carried(model.carry, [output.name for output in session.get_outputs()])
+
+        def run() -> Any:
+            outputs = session.run(None, state)
+            for position, name in carried:
+                state[name] = outputs[position]
+            return outputs
+
+        return run
+
+    sessions: list[Any] = []
+    result, _ = _measure(
+        lambda: sessions.append(create()) or sessions[-1],
+        runner,
         iterations=iterations,
         warmup=warmup,
         create_repeats=repeats,
     )
     result["version"] = onnxruntime.__version__
-    return result, run()
+    return result, sessions[-1].run(None, feeds)
 
 
 def _reference(model, feeds, iterations, warmup, repeats, budget):
@@ -298,10 +321,15 @@ def bench_model(
     reference_budget: float = DEFAULT_REFERENCE_BUDGET,
 ) -> dict[str, Any]:
     """One result row: every engine on one model at one thread count, in this process."""
+    model.ensure()
     if model.iterations is not None:
         iterations = min(iterations, model.iterations)
     if model.warmup is not None:
         warmup = min(warmup, model.warmup)
+    if model.runs is not None:  # a streaming model: this many runs, each fed the last state
+        iterations = model.runs
+    if model.create_repeats is not None:
+        create_repeats = model.create_repeats
     feeds, source = model_feeds(model)
     row: dict[str, Any] = {
         "model": model.name,
@@ -309,6 +337,7 @@ def bench_model(
         "description": model.description,
         "threads": threads,
         "inputs": source,
+        "carried": [list(pair) for pair in model.carry],
         "engines": {},
         "ratios": {},
     }

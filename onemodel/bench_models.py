@@ -37,6 +37,19 @@ class BenchModel:
     description: str
     iterations: int | None = None
     warmup: int | None = None
+    # Generated models (onemodel/bench_graphs.py): built into `path` on first use.
+    generated: bool = False
+    # Streaming: (output, input) pairs fed from each run into the next, for `runs` runs.
+    carry: tuple[tuple[str, str], ...] = ()
+    runs: int | None = None
+    create_repeats: int | None = None
+
+    def ensure(self) -> None:
+        """Write a generated model (and its inputs file) if it is not there yet."""
+        if self.generated:
+            from onemodel.bench_graphs import ensure
+
+            ensure(self.name, self.path.parent)
 
     @property
     def inputs_path(self) -> Path | None:
@@ -102,7 +115,26 @@ def bench_set(exports: Path = BENCH_EXPORTS) -> list[BenchModel]:
         if (exports / f"{name}.onnx").is_file()
     ]
     models += [BenchModel(name, TEST_MODELS / file, text) for name, file, text in _TESTS]
+    models += _generated()
     return models
+
+
+def _generated() -> list[BenchModel]:
+    """The runtime-overhead models of onemodel/bench_graphs.py (built when first measured)."""
+    from onemodel.bench_graphs import GENERATED, VAD_CARRY
+
+    return [
+        BenchModel("vad_stream", GENERATED / "vad_stream.onnx",
+                   "generated: streaming VAD, If on the sample rate over an LSTM cell written "
+                   "with Gemm; state carried through 1,000 runs",
+                   generated=True, carry=VAD_CARRY, runs=1000),
+        BenchModel("add_chain_100k", GENERATED / "add_chain_100k.onnx",
+                   "generated: 100,000 Adds in a chain (creation time)",
+                   iterations=5, warmup=1, generated=True, create_repeats=1),
+        BenchModel("add_tree_100k", GENERATED / "add_tree_100k.onnx",
+                   "generated: 100,000 Adds in a balanced binary tree (creation time)",
+                   iterations=5, warmup=1, generated=True, create_repeats=1),
+    ]  # fmt: skip
 
 
 def resolve(specs: list[str]) -> list[BenchModel]:
@@ -117,12 +149,14 @@ def resolve(specs: list[str]) -> list[BenchModel]:
             models.append(known[spec])
         else:
             path = Path(spec)
+            match = [m for m in known.values() if m.path.resolve() == path.resolve()]
+            if match:
+                models.append(match[0])
+                continue
             if not path.is_file():
                 raise ValueError(
                     f"no model file '{spec}' and no benchmark model by that name "
                     f"(names: all, {', '.join(known)})"
                 )
-            name = path.name.removesuffix(".onnx")
-            match = [m for m in known.values() if m.path.resolve() == path.resolve()]
-            models.append(match[0] if match else BenchModel(name, path, ""))
+            models.append(BenchModel(path.name.removesuffix(".onnx"), path, ""))
     return models

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,12 +26,14 @@ from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.element_types import element_types
-from onemodel.graph.executor import GraphExecutor
+from onemodel.graph.executor import GraphExecutor, compile_body
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.passes.base import OptimizationLevel
 from onemodel.graph.passes.export import optimized_model
-from onemodel.graph.plan import ExecutionPlan, signature_of
+from onemodel.graph.plan import ExecutionPlan
+from onemodel.graph.values import signature_of
 from onemodel.graph.weights import WeightStorage
 from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
@@ -97,15 +100,17 @@ class Session:
         self.kernels = _kernels(options.backend, model)
         self.model_info = model
         checked = checked_by_default() if options.checked is None else options.checked
-        self._graph = CompiledGraph(
-            model,
-            self.kernels,
-            exact=options.mode is ExecutionMode.EXACT,
-            checked=checked,
-            guard=None if cancel is None else RunGuard(cancel, None),
-            level=OptimizationLevel(options.optimization_level),
-            weight_storage=WeightStorage(options.weight_storage),
-        )
+        with paused_gc():
+            self._graph = CompiledGraph(
+                model,
+                self.kernels,
+                exact=options.mode is ExecutionMode.EXACT,
+                checked=checked,
+                guard=None if cancel is None else RunGuard(cancel, None),
+                level=OptimizationLevel(options.optimization_level),
+                weight_storage=WeightStorage(options.weight_storage),
+                bodies=compile_body,
+            )
         if options.optimized_model_path:
             onnx.save(optimized_model(self._graph, model), options.optimized_model_path)
         self._executor = GraphExecutor(
@@ -120,6 +125,9 @@ class Session:
             if value_id not in self._graph.defaults
         }  # fmt: skip
         self._plain = _plain_inputs(self.inputs, self._graph.input_ids)
+        self._all_outputs = list(range(len(self.outputs)))
+        # Whether every run needs a RunGuard even when the call gives no token or timeout.
+        self._always_guarded = options.run_timeout is not None or options.memory_limit is not None
 
     @classmethod
     def load(
@@ -197,12 +205,20 @@ class Session:
         iteration; either stops the run with SessionError(CANCELLED) and leaves the session
         usable. `trace` (a list) gets one record per executed step: (node name, op type,
         perf_counter start, seconds, input shapes)."""
-        wanted = self._wanted(output_names)
-        handed_back = output_converter(
-            outputs_as or self.options.outputs_as, feeds, self.kernels.xp
+        wanted = self._all_outputs if output_names is None else self._wanted(output_names)
+        outputs_as = outputs_as or self.options.outputs_as
+        handed_back = (
+            None
+            if outputs_as == "backend"
+            else output_converter(outputs_as, feeds, self.kernels.xp)
         )
-        results = self._run(feeds, None, profile, self._guard(cancel, timeout), trace)
-        return handed_back([results[position] for position in wanted])
+        guard = None if cancel is None and timeout is None else self._guard(cancel, timeout)
+        if guard is None and self._always_guarded:
+            guard = self._guard(None, None)
+        results = self._run(feeds, None, profile, guard, trace)
+        if wanted is not self._all_outputs:
+            results = [results[position] for position in wanted]
+        return results if handed_back is None else handed_back(results)
 
     def run_into(
         self,
@@ -252,12 +268,16 @@ class Session:
     ) -> list[Any]:
         if self._closed:
             raise SessionError(ErrorKind.DISPOSED, "the session is closed")
-        signature, arrays = self._inputs(feeds)
-        plan, _ = self._executor.plan(signature)
-        targets = self._targets(plan, outputs) if outputs else None
+        taken = self._plain_feeds(feeds) if self._plain is not None else None
+        if taken is None:
+            signature, arrays = self._inputs(feeds)
+            entry = self._executor.plan(signature)
+        else:
+            entry, arrays = taken
+        targets = self._targets(entry[0], outputs) if outputs else None
         if guard is not None:
-            guard.charge(plan.memory.slab_bytes, what="the plan's slab")
-        return self._executor.run(signature, arrays, targets, profile, guard, trace)
+            guard.charge(entry[0].memory.slab_bytes, what="the plan's slab")
+        return self._executor.run_entry(entry, arrays, targets, profile, guard, trace)
 
     def _wanted(self, output_names: Sequence[str] | None) -> list[int]:
         names = [meta.name for meta in self.outputs]
@@ -276,10 +296,6 @@ class Session:
 
     def _inputs(self, feeds: Mapping[str, Any]) -> tuple[tuple, dict[int, Any]]:
         """Validate and convert the caller's inputs before anything runs."""
-        if self._plain is not None and len(feeds) == len(self._plain):
-            taken = self._plain_feeds(feeds)
-            if taken is not None:
-                return taken
         known = {meta.name: meta for meta in self.inputs}
         for name in feeds:
             if name not in known:
@@ -308,25 +324,36 @@ class Session:
     def _plain_feeds(self, feeds: Mapping[str, Any]) -> tuple[tuple, dict[int, Any]] | None:
         """The common case without conversions: every input given as a C-contiguous backend
         array of its declared type, fixed extents as declared, not empty (an empty array may
-        hide a shape whose prefix products overflow). None: anything else, for `_inputs`'s
-        full checks and their messages."""
+        hide a shape whose prefix products overflow). Returns the plan entry (keyed by the
+        shapes alone: the types are the declared ones) and the arrays by value id. None:
+        anything else, for `_inputs`'s full checks and their messages."""
+        plain = self._plain
+        if len(feeds) != len(plain):
+            return None
         ndarray = self.kernels.xp.ndarray
-        signature, arrays = [], {}
-        for name, value_id, code, dtype, dims in self._plain:
+        arrays, shapes = {}, []
+        for name, value_id, _, dtype, dims, fixed in plain:
             value = feeds.get(name)
             if type(value) is not ndarray or value.dtype != dtype or not value.flags.c_contiguous:
                 return None
             shape = value.shape
-            if not 0 < value.nbytes <= MAX_BYTES or len(shape) > MAX_RANK:
-                return None
-            if dims is not None and (
-                len(shape) != len(dims)
-                or any(d is not None and d != n for d, n in zip(dims, shape, strict=True))
-            ):
-                return None
-            signature.append(TensorSpec(code, shape))
+            if shape != fixed:  # a fully fixed shape was checked against the limits already
+                if not 0 < value.nbytes <= MAX_BYTES or len(shape) > MAX_RANK:
+                    return None
+                if dims is not None and (
+                    len(shape) != len(dims)
+                    or any(d is not None and d != n for d, n in zip(dims, shape, strict=True))
+                ):
+                    return None
+            shapes.append(shape)
             arrays[value_id] = value
-        return tuple(signature), arrays
+        key = tuple(shapes)
+        return self._executor.entry(key, lambda: self._plain_signature(key)), arrays
+
+    def _plain_signature(self, shapes: tuple[tuple[int, ...], ...]) -> tuple:
+        return tuple(
+            TensorSpec(entry[2], shape) for entry, shape in zip(self._plain, shapes, strict=True)
+        )
 
     def _value(self, meta: ValueMeta, value: Any) -> Any:
         """A caller's value by its declared kind: sequences are lists, an empty optional None."""
@@ -455,7 +482,8 @@ def _check_dims(meta: ValueMeta, shape: tuple[int, ...]) -> None:
 
 def _plain_inputs(metas: Sequence[ValueMeta], value_ids: Sequence[int]) -> tuple | None:
     """Per input (name, value id, ONNX type, NumPy dtype, fixed extents or None for symbolic
-    ones) when every input is a tensor of a numeric type, for `Session._plain_feeds`."""
+    ones, the whole shape when every extent is fixed and its array not empty) when every input
+    is a tensor of a numeric type, for `Session._plain_feeds`."""
     plain = []
     for meta, value_id in zip(metas, value_ids, strict=True):
         code = meta.elem_type
@@ -469,7 +497,11 @@ def _plain_inputs(metas: Sequence[ValueMeta], value_ids: Sequence[int]) -> tuple
             if meta.dims is None
             else tuple(d if isinstance(d, int) else None for d in meta.dims)
         )
-        plain.append((meta.name, value_id, code, dtype, dims))
+        fixed = None
+        if dims is not None and None not in dims:
+            nbytes = math.prod(dims) * dtype.itemsize
+            fixed = dims if 0 < nbytes <= MAX_BYTES and len(dims) <= MAX_RANK else None
+        plain.append((meta.name, value_id, code, dtype, dims, fixed))
     return tuple(plain)
 
 

@@ -1,9 +1,11 @@
 """`onemodel bench` and `onemodel run --trace`."""
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from onemodel import bench, cli, runner
@@ -90,8 +92,9 @@ def test_the_reference_time_cap_stops_after_one_run():
 def test_the_benchmark_set_lists_light_and_test_models(tmp_path):
     models = bench_set(exports=tmp_path)
     names = [m.name for m in models]
-    assert len(models) == 12 and {"mlp", "cnn", "transformer", "vgg19"} <= set(names)
-    assert all(m.path.is_file() for m in models)
+    assert len(models) == 15 and {"mlp", "cnn", "transformer", "vgg19"} <= set(names)
+    assert {"vad_stream", "add_chain_100k", "add_tree_100k"} <= set(names)
+    assert all(m.path.is_file() or m.generated for m in models)
     light = [m for m in models if m.path.name.startswith("light_")]
     assert len(light) == 9 and all(m.inputs_path is None for m in light)
     assert resolve(["mlp"])[0].inputs_path is not None
@@ -144,3 +147,26 @@ def test_run_trace_writes_one_event_per_step(tmp_path):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
     assert all(isinstance(e["args"]["shapes"], list) for e in events)
+
+
+def test_a_streaming_model_carries_its_state_from_run_to_run(tmp_path):
+    (model,) = resolve(["vad_stream"])
+    model = dataclasses.replace(model, path=tmp_path / "vad_stream.onnx", runs=30)
+    row = bench.bench_model(model, threads=1, vs=["onnxruntime"], iterations=5, warmup=1)
+    assert (tmp_path / "vad_stream.onnx").is_file() and row["inputs"] == "file"
+    assert row["carried"] == [["state_out", "state"]]
+    assert row["engines"]["onemodel"]["iterations"] == 30
+    assert row["engines"]["onnxruntime"]["iterations"] == 30
+    assert row["max_abs_diff_vs_onnxruntime"] < 1e-5  # both compared on the first chunk
+
+
+def test_the_carried_state_changes_the_next_result(tmp_path):
+    from onemodel.bench_graphs import ensure
+
+    path = ensure("vad_stream", tmp_path)
+    feeds, _ = runner.read_inputs(path.with_name("vad_stream.inputs.npz"))
+    session = Session.load(path)
+    first, state = session.run(None, feeds)
+    second, _ = session.run(None, {**feeds, "state": state})
+    assert state.shape == (2, 1, 64) and np.abs(state).max() > 0
+    assert not np.array_equal(first, second)

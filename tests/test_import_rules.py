@@ -59,3 +59,47 @@ def test_importing_the_package_and_the_compat_layer_loads_no_batch_engine():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert output.strip() == "[]"
+
+
+# The graph runtime's layers, lowest first (seed 000 §1): each imports only those before it.
+GRAPH_LAYERS = ("values", "compiled", "plan", "run_state", "executor")
+
+
+def test_the_graph_runtime_layers_import_downward_only():
+    layer_of = {f"onemodel.graph.{name}": index for index, name in enumerate(GRAPH_LAYERS)}
+    upward = []
+    for name, index in layer_of.items():
+        path = PACKAGE / "graph" / f"{name.rsplit('.', 1)[1]}.py"
+        upward += [
+            f"{name} imports {module}"
+            for module in imported_modules(path)
+            if layer_of.get(module, -1) >= index
+        ]
+    for path in (PACKAGE / "graph" / "passes").glob("*.py"):  # passes run inside compiling
+        upward += [
+            f"{path.name} imports {module}"
+            for module in imported_modules(path)
+            if layer_of.get(module, -1) >= layer_of["onemodel.graph.compiled"]
+        ]
+    assert upward == []
+
+
+def test_importing_the_package_imports_nothing_until_a_name_is_used():
+    """Cold start (issue 16): `import onemodel` loads neither NumPy nor onnx; loading and
+    running a model leaves the onnxruntime drop-in, the eager API, the batch integrations and
+    the checked stand-in device unloaded."""
+    code = (
+        "import sys, onemodel;"
+        "bare = sorted(m for m in ('numpy', 'onnx', 'onemodel.session') if m in sys.modules);"
+        "import numpy as np;"
+        "from onemodel.examples import mlp_model;"
+        "session = onemodel.Session.load(mlp_model().SerializeToString());"
+        "session.run(None, {'x': np.zeros((2, 16), np.float32)});"
+        "lazy = ('onemodel.compat', 'onemodel.eager', 'onemodel.integrations',"
+        " 'onemodel.backends.checked_device');"
+        "print(bare, sorted(m for m in lazy if m in sys.modules))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.strip() == "[] []"

@@ -346,9 +346,9 @@ def test_a_slab_over_2_gib_is_refused_naming_the_value():
 @pytest.mark.parametrize(("in_place", "slab_units"), [(False, 2), (True, 1)])
 def test_a_100000_step_chain_plans_quickly(in_place, slab_units):
     values, steps = chain(100_000, in_place=in_place)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: other processes' load on a shared machine aside
     plan = plan_memory(values, steps)
-    assert time.perf_counter() - started < 3.0
+    assert time.process_time() - started < 3.0
     assert plan.slab_bytes == slab_units * U
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from onemodel.backends import checked_device, cupy_gpu
+from onemodel.backends import cupy_gpu
 from onemodel.backends.errors import BackendUnavailableError
 from onemodel.backends.numpy_cpu import NumpyKernels, ReferenceKernels
 from onemodel.backends.protocol import Kernels
@@ -19,6 +19,16 @@ from onemodel.tensors import numpy_dtype_for_onnx
 
 def _always_available() -> str | None:
     return None
+
+
+def _checked_device() -> Kernels:
+    """The stand-in device, imported when asked for: only tests use it."""
+    from onemodel.backends.checked_device import CheckedDeviceKernels
+
+    return CheckedDeviceKernels()
+
+
+CHECKED_DEVICE = "checked-device"  # checked_device.NAME, without importing it
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,7 @@ class KernelPaths:
         "numpy": _KernelPath(NumpyKernels, _always_available),
         "cupy": _KernelPath(cupy_gpu.CupyKernels, cupy_gpu.unavailable_reason),
         # Not a product backend: CuPy's rules on the CPU, for tests (never chosen by best()).
-        checked_device.NAME: _KernelPath(checked_device.CheckedDeviceKernels, _always_available),
+        CHECKED_DEVICE: _KernelPath(_checked_device, _always_available),
     }
     _built: ClassVar[dict[str, Kernels]] = {}
 

@@ -6,8 +6,8 @@ numbered so that plans and runs index lists instead of hashing names.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +23,14 @@ from onemodel.graph.operators.training import INTERNAL_DOMAIN
 from onemodel.graph.operators.widen import WidenOp
 from onemodel.graph.passes.base import OptimizationLevel, PassContext
 from onemodel.graph.passes.pass_graph import PassGraph, PassNode
+from onemodel.graph.values import ABSENT
 from onemodel.graph.weights import WIDEN_FROM, WeightStorage, reduced
 from onemodel.tensors import TensorShapeError
 from onemodel.tensors.shapes import check_shape
 
-ABSENT = -1  # the value id of an absent optional input
+# Compiles a node's subgraph with its parent graph into something that runs it (the executor
+# layer above passes it in, so that this module need not import it).
+BodyCompiler = Callable[["CompiledGraph", ir.Graph], Any]
 _LAST_ONNX_TYPE = 28  # FLOAT6E3M2, the highest TensorProto.DataType onnx 1.23 defines
 
 
@@ -63,7 +66,10 @@ class CompiledGraph:
         guard: Any = None,
         level: OptimizationLevel = OptimizationLevel.NONE,
         weight_storage: WeightStorage = WeightStorage.ORIGINAL,
+        bodies: BodyCompiler | None = None,
     ) -> None:
+        """`bodies` compiles the subgraphs of If, Loop and Scan nodes (without it, a model
+        with such nodes is refused by the operator)."""
         if has_gradients(model.graph):
             model = expand_gradients(model)
         graph = model.graph
@@ -72,6 +78,7 @@ class CompiledGraph:
         self.checked = checked
         self.opsets = model.opsets
         self._guard = guard  # checked between operators while compiling (cancellation)
+        self.bodies = bodies
         self.names: list[str] = []
         self._ids: dict[str, int] = {}
         live_nodes = _live_nodes(graph)
@@ -139,7 +146,7 @@ class CompiledGraph:
             captured = tuple(
                 dict.fromkeys(name for body in node.subgraphs() for name in body.outer_names)
             )
-            has_bodies = next(node.subgraphs(), None) is not None
+            has_bodies = self.bodies is not None and next(node.subgraphs(), None) is not None
             info = NodeInfo.of(node, opset, captured, self._compile_body if has_bodies else None)
             compiled.append(
                 CompiledNode(
@@ -229,15 +236,8 @@ class CompiledGraph:
         return sum(int(array.nbytes) for array in self.weights.values())
 
     def _compile_body(self, body: ir.Graph) -> Any:
-        """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the
-        outer values it reads become extra inputs after its declared ones."""
-        from onemodel.graph.executor import GraphExecutor  # the executor builds on this module
-
-        captured = tuple(ir.ValueInfo(name) for name in body.outer_names)
-        graph = dataclasses.replace(body, inputs=(*body.inputs, *captured))
-        model = ir.Model(graph=graph, opsets=self.opsets)
-        nested = CompiledGraph(model, self.kernels, exact=self.exact, checked=self.checked)
-        return GraphExecutor(nested, checked=self.checked)
+        assert self.bodies is not None  # only handed to nodes when there is a compiler
+        return self.bodies(self, body)
 
     def _check_exact(self) -> None:
         if not self.exact:
@@ -322,13 +322,12 @@ def _definitions(
 def _check_arity(node: ir.Node, opset: int) -> None:
     """More inputs or outputs than ONNX's schema allows make the model invalid now, rather
     than leave a value no kernel writes. Operators onnx has no schema for are not checked."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except onnx.defs.SchemaError:
+    limits = _arity_limits(node.op_type, opset, node.domain)
+    if limits is None:
         return
     for kind, count, most in (
-        ("inputs", len(node.inputs), schema.max_input),
-        ("outputs", len(node.outputs), schema.max_output),
+        ("inputs", len(node.inputs), limits[0]),
+        ("outputs", len(node.outputs), limits[1]),
     ):
         if count > most:
             raise SessionError(
@@ -336,6 +335,17 @@ def _check_arity(node: ir.Node, opset: int) -> None:
                 f"{node.op_type} (opset {opset}) has {count} {kind}; ONNX defines at most {most}",
                 node=node.name,
             )
+
+
+@functools.cache
+def _arity_limits(op_type: str, opset: int, domain: str) -> tuple[int, int] | None:
+    """ONNX's most inputs and outputs for an operator, looked up once per type and opset (a
+    schema look-up costs microseconds, and a large graph repeats a few types many times)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    return schema.max_input, schema.max_output
 
 
 def _label(node: ir.Node, opset: int) -> str:

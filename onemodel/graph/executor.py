@@ -6,15 +6,19 @@ nested one, compiled once with its node and run once per branch or iteration.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import TensorSpec
-from onemodel.graph.plan import ExecutionPlan, signature_of
+from onemodel.graph.plan import ExecutionPlan
 from onemodel.graph.run_state import StatePool
+from onemodel.graph.values import signature_of
 
 
 class GraphExecutor:
@@ -37,6 +41,10 @@ class GraphExecutor:
         self.max_cached_plans = max_cached_plans
         self.checked = checked
         self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
+        # The same entries by a key that is cheaper to make than a signature (see `entry`).
+        self._by_key: dict[tuple, tuple[ExecutionPlan, StatePool]] = {}
+        # A body's inputs: its declared ones, then the outer values it reads (`compile_body`).
+        self.declared_inputs = len(graph.input_ids)
         self._lock = threading.Lock()
         self._input_ids = {
             meta.name: vid for meta, vid in zip(graph.inputs, graph.input_ids, strict=True)
@@ -50,11 +58,21 @@ class GraphExecutor:
         with self._lock:
             entry = self._plans.get(signature)
             if entry is None:
-                plan = ExecutionPlan(self.graph, signature)
+                with paused_gc():
+                    plan = ExecutionPlan(self.graph, signature)
                 entry = (plan, StatePool(plan, checked=self.checked))
                 self._plans[signature] = entry
                 while len(self._plans) > self.max_cached_plans:
                     self._plans.popitem(last=False)  # runs holding it keep it alive
+                    self._by_key.clear()
+        return entry
+
+    def entry(self, key: tuple, signature: Any) -> tuple[ExecutionPlan, StatePool]:
+        """The plan for a cheap key that fixes the signature (the caller's (dtype, shape)
+        tuples); `signature()` makes the signature on a miss."""
+        entry = self._by_key.get(key)
+        if entry is None:
+            entry = self._by_key[key] = self.plan(signature())
         return entry
 
     def plan_count(self) -> int:
@@ -66,6 +84,7 @@ class GraphExecutor:
     def clear(self) -> None:
         with self._lock:
             self._plans.clear()
+            self._by_key.clear()
 
     def run(
         self,
@@ -77,14 +96,42 @@ class GraphExecutor:
         trace: list[tuple] | None = None,
     ) -> list[Any]:
         """Run with arrays by input value id; they must match `signature`."""
-        _, pool = self.plan(signature)
+        return self.run_entry(self.plan(signature), arrays, targets, profile, guard, trace)
+
+    def run_entry(
+        self,
+        entry: tuple[ExecutionPlan, StatePool],
+        arrays: Mapping[int, Any],
+        targets: Mapping[int, Any] | None = None,
+        profile: dict[str, list[float]] | None = None,
+        guard: Any = None,
+        trace: list[tuple] | None = None,
+        scope: tuple[str, str] | None = None,
+    ) -> list[Any]:
+        """Run a plan of this executor (from `plan` or `entry`) in a pooled run state."""
+        pool = entry[1]
         if self.threads is not None:
             self.graph.kernels.use_threads(self.threads)
         state = pool.take()
         try:
-            return state.run(arrays, targets, profile, guard, trace)
+            return state.run(arrays, targets, profile, guard, trace, scope)
         finally:
             pool.give(state)
+
+    def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
+        """Run a body with its inputs by position, from inside its node's run (`ctx`): the
+        node's guard, and its profile and trace rows under the node's name."""
+        if any(value is None or isinstance(value, list) for value in values):
+            entry = self.plan(tuple(signature_of(value) for value in values))
+        else:  # tensors: their dtypes and shapes fix the signature
+            key = tuple((value.dtype, value.shape) for value in values)
+            entry = self.entry(key, lambda: tuple(signature_of(value) for value in values))
+        arrays = dict(zip(self.graph.input_ids, values, strict=True))
+        observer = ctx.observer
+        if observer is None:
+            return self.run_entry(entry, arrays, guard=ctx.guard)
+        profile, trace, name, label = observer
+        return self.run_entry(entry, arrays, None, profile, ctx.guard, trace, (name, label))
 
     def run_named(self, feeds: Mapping[str, Any], guard: Any = None) -> list[Any]:
         """Run a body: inputs by name, typed by the arrays themselves (bodies may be untyped)."""
@@ -94,6 +141,26 @@ class GraphExecutor:
         )
         return self.run(signature, arrays, guard=guard)
 
+    def body_inputs(self, captured_names: Sequence[str], first: int) -> tuple[int, ...]:
+        """Where this body's outer values are among its node's inputs (after the node's
+        `first` declared ones), in the body's input order."""
+        names = self.input_names[self.declared_inputs :]
+        return tuple(first + captured_names.index(name) for name in names)
+
     @property
     def input_names(self) -> Sequence[str]:
         return [meta.name for meta in self.graph.inputs]
+
+
+def compile_body(parent: CompiledGraph, body: ir.Graph) -> GraphExecutor:
+    """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the
+    outer values it reads become extra inputs after its declared ones."""
+    captured = tuple(ir.ValueInfo(name) for name in body.outer_names)
+    graph = dataclasses.replace(body, inputs=(*body.inputs, *captured))
+    model = ir.Model(graph=graph, opsets=parent.opsets)
+    nested = CompiledGraph(
+        model, parent.kernels, exact=parent.exact, checked=parent.checked, bodies=compile_body
+    )
+    executor = GraphExecutor(nested, checked=parent.checked)
+    executor.declared_inputs = len(body.inputs)
+    return executor

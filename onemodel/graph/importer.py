@@ -25,6 +25,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.ir import (
     UNKNOWN_TYPE,
     AttributeRef,
@@ -144,7 +145,7 @@ def _import_model(
         total=external, description="loading weights", unit="B", unit_scale=True,
         show=None if external >= PROGRESS_MIN_BYTES else False,
     )  # fmt: skip
-    with progress:
+    with progress, paused_gc():  # many long-lived objects: see gc_pause.py
         return _import_graph(proto, opsets, base_dir, check, progress.update)
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.errors import ErrorKind, SessionError
-from onemodel.graph.compiled import ABSENT, CompiledGraph, CompiledNode
+from onemodel.errors import SessionError
+from onemodel.graph.compiled import CompiledGraph, CompiledNode
 from onemodel.graph.memory_plan import MemoryPlan, PlannedStep, PlannedValue, plan_memory
 from onemodel.graph.operators.base import (
     Constant,
@@ -26,7 +26,16 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.tensors import onnx_code_for_numpy
+from onemodel.graph.operators.control_flow import IfOp
+from onemodel.graph.values import (
+    ABSENT,
+    HostValues,
+    canonical_nans,
+    is_tensor,
+    operator_failure,
+    run_operator,
+    spec_of,
+)
 
 FOLD_LIMIT_BYTES = 64 * 1024
 
@@ -44,84 +53,10 @@ class Step:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]  # absent optional outputs get plan-private ids
     specs: tuple[TensorSpec, ...] | None  # static and view steps
-
-
-# Exact mode's NaN (python-port.md): the positive quiet NaN with no payload, per width.
-_CANONICAL_NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
-_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def canonical_nans(xp: Any, array: Any) -> None:
-    """Rewrite every NaN of a float array (16/32/64-bit, bfloat16) to the canonical bits, in
-    place: exact mode promises the same bits everywhere, and NaN payloads and signs differ
-    between machines."""
-    if array.dtype.name == "bfloat16":
-        canonical = 0x7FC0
-    elif array.dtype.kind == "f" and array.dtype.itemsize in _BITS:
-        canonical = _CANONICAL_NAN_BITS[array.dtype.itemsize]
-    else:
-        return
-    bits = array.view(_BITS[array.dtype.itemsize])
-    xp.copyto(bits, bits.dtype.type(canonical), where=array != array)
-
-
-def spec_of(array: Any) -> TensorSpec:
-    return TensorSpec(onnx_code_for_numpy(array.dtype), tuple(array.shape))
-
-
-def is_tensor(value: Any) -> bool:
-    """Tensors are arrays; sequences are lists and an empty optional is None."""
-    return value is not None and not isinstance(value, list)
-
-
-@dataclass(frozen=True, slots=True)
-class SequenceSpec:
-    """A sequence value in an input signature: the specs of its elements."""
-
-    elements: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class EmptyOptional:
-    """An empty optional in an input signature (None there means: use the default)."""
-
-
-EMPTY_OPTIONAL = EmptyOptional()
-
-
-def signature_of(value: Any) -> TensorSpec | SequenceSpec | EmptyOptional:
-    """The cache key of a value: tensors by type and shape, sequences by their elements.
-
-    Sequences and optionals are planned as run-time values (dynamic), since their contents are
-    values, not shapes."""
-    if value is None:
-        return EMPTY_OPTIONAL
-    if isinstance(value, list):
-        return SequenceSpec(tuple(signature_of(element) for element in value))
-    return spec_of(value)
-
-
-class HostValues(Sequence):
-    """Input values as `infer` reads them: host NumPy, converted only when asked for."""
-
-    __slots__ = ("_cache", "_to_host", "_values")
-
-    def __init__(self, values: Sequence[Any], to_host: Any) -> None:
-        self._values = values
-        self._to_host = to_host
-        self._cache: dict[int, np.ndarray] = {}
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        value = self._values[index]
-        if value is None:
-            return None
-        host = self._cache.get(index)
-        if host is None:
-            host = self._cache[index] = np.asarray(self._to_host(value))
-        return host
+    # What profiles and traces call the step: the node's name and op type, prefixed with the
+    # If node (and its op type) whose branch the plan put in its place.
+    name: str = ""
+    label: str = ""
 
 
 class ExecutionPlan:
@@ -136,9 +71,12 @@ class ExecutionPlan:
         self.constants: list[Any] = [None] * self.value_count
         self._seed(signature)
         self.steps: list[Step] = []
+        self._extra_names: list[str] = []  # of plan-private ids
+        self._taken: set[str] | None = None  # all names, once a branch is inlined
+        self._scope: tuple[str, str] | None = None  # (name, label) of the If being inlined
         for node in graph.nodes:
             self._plan(node)
-        self.names = [*graph.names, *(f"#unused{i}" for i in range(self._extra_ids()))]
+        self.names = [*graph.names, *self._extra_names]
         self.output_ids = graph.output_ids
         self.memory = self._plan_memory()
         # Graph outputs a static step writes into a new array each run: the caller may keep them.
@@ -159,10 +97,16 @@ class ExecutionPlan:
             elif isinstance(spec, TensorSpec):
                 self.specs[value_id] = spec  # sequences and optionals stay run-time values
 
-    def _extra_ids(self) -> int:
-        return len(self.specs) - self.value_count
-
-    def _private_id(self, spec: TensorSpec | None) -> int:
+    def _private_id(self, spec: TensorSpec | None, name: str | None = None) -> int:
+        if name is None:
+            name = f"#unused{len(self._extra_names)}"
+        elif self._taken is not None:
+            unique, count = name, 1
+            while unique in self._taken:
+                unique, count = f"{name}#{count}", count + 1
+            self._taken.add(unique)
+            name = unique
+        self._extra_names.append(name)
         self.specs.append(spec)
         self.constants.append(None)
         return len(self.specs) - 1
@@ -171,6 +115,8 @@ class ExecutionPlan:
 
     def _plan(self, node: CompiledNode) -> None:
         operator, ins = node.operator, node.inputs
+        if isinstance(operator, IfOp) and self._inline(node, operator):
+            return
         if any(i != ABSENT and self.specs[i] is None for i in ins):
             self._schedule(StepKind.DYNAMIC, node, None)
             return
@@ -205,6 +151,53 @@ class ExecutionPlan:
                 return
         kind = StepKind.VIEW if operator.view_of_input is not None else StepKind.STATIC
         self._schedule(kind, node, specs)
+
+    def _inline(self, node: CompiledNode, operator: IfOp) -> bool:
+        """Plan the branch of an If whose condition is known now in the If's place: its nodes
+        read the If's captured values and write the If's outputs, so nothing is entered at
+        run time. False (the If is planned as a node) when the condition is not known, or the
+        branch passes an outer value or a constant straight through to an output."""
+        condition = ABSENT if not node.inputs else node.inputs[0]
+        value = None if condition == ABSENT else self.constants[condition]
+        if value is None or value.size != 1:
+            return False
+        host = np.asarray(self.graph.kernels.memory.to_host(value)).reshape(-1)[0]
+        body = (operator.then_branch if host else operator.else_branch).graph
+        produced = {v for n in body.nodes for v in n.outputs}
+        outputs = body.output_ids
+        if (
+            len(outputs) != len(node.outputs)
+            or ABSENT in node.outputs
+            or len(set(outputs)) != len(outputs)
+            or not produced.issuperset(outputs)
+            or body.defaults
+        ):
+            return False
+        if self._taken is None:
+            self._taken = {*self.graph.names, *self._extra_names}
+        prefix = node.info.name
+        captured = dict(zip(node.info.captured, node.inputs[len(node.info.inputs) :], strict=True))
+        ids = {vid: captured[m.name] for m, vid in zip(body.inputs, body.input_ids, strict=True)}
+        ids.update(zip(outputs, node.outputs, strict=True))
+        for value_id, array in body.weights.items():
+            ids[value_id] = self._private_id(spec_of(array), f"{prefix}/{body.names[value_id]}")
+            self.constants[ids[value_id]] = array
+
+        def mapped(values: tuple[int, ...]) -> tuple[int, ...]:
+            for v in values:
+                if v != ABSENT and v not in ids:
+                    ids[v] = self._private_id(None, f"{prefix}/{body.names[v]}")
+            return tuple(ABSENT if v == ABSENT else ids[v] for v in values)
+
+        outer = self._scope
+        self._scope = self._scoped(node.info.name, node.info.op_type)
+        try:
+            for inner in body.nodes:
+                inputs = mapped(inner.inputs)
+                self._plan(CompiledNode(inner.operator, inner.info, inputs, mapped(inner.outputs)))
+        finally:
+            self._scope = outer
+        return True
 
     def _infer_context(self, node: CompiledNode) -> InferContext:
         specs = [None if i == ABSENT else self.specs[i] for i in node.inputs]
@@ -262,7 +255,14 @@ class ExecutionPlan:
             else:
                 self.specs[value_id] = spec
             outputs.append(value_id)
-        self.steps.append(Step(kind, node, node.inputs, tuple(outputs), specs))
+        name, label = self._scoped(node.info.name, node.info.op_type)
+        self.steps.append(Step(kind, node, node.inputs, tuple(outputs), specs, name, label))
+
+    def _scoped(self, name: str, label: str) -> tuple[str, str]:
+        """A node's name and op type as profiles show them, under the If inlined around it."""
+        if self._scope is None:
+            return name, label
+        return f"{self._scope[0]}/{name}", f"{self._scope[1]}/{label}"
 
     # -- memory --------------------------------------------------------------------------------
 
@@ -332,21 +332,3 @@ class ExecutionPlan:
             self.names[value_id], spec.nbytes, spec.dtype, producer,
             tuple(readers.get(value_id, ())), is_output, view_of,
         )  # fmt: skip
-
-
-def operator_failure(node: CompiledNode, stage: str, error: Exception) -> SessionError:
-    return SessionError(
-        ErrorKind.INVALID_INPUT,
-        f"{node.info.op_type} failed during {stage}: {type(error).__name__}: {error}",
-        node=node.info.name,
-    )
-
-
-def run_operator(node: CompiledNode, run: Any, ctx: RunContext, ins: list, outs: Any) -> Any:
-    """Call an operator's run; anything but a SessionError becomes one naming the node."""
-    try:
-        return run(ctx, ins, outs)
-    except SessionError:
-        raise
-    except Exception as error:
-        raise operator_failure(node, "run", error) from error

@@ -14,15 +14,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from onemodel.backends.fp_errors import run_scope
+from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.errors import ErrorKind, SessionError
-from onemodel.graph.compiled import ABSENT
+from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
 from onemodel.graph.operators.prepared import PreparesConstants
-from onemodel.graph.plan import (
-    ExecutionPlan,
+from onemodel.graph.plan import ExecutionPlan, StepKind
+from onemodel.graph.values import (
+    ABSENT,
     HostValues,
-    StepKind,
     canonical_nans,
     is_tensor,
     operator_failure,
@@ -59,7 +59,10 @@ def _run_prepared(run_prepared: Any, prepared: Any, ctx: Any, ins: Any, outs: An
 class _Step:
     """One step of a run with everything that does not change between runs looked up."""
 
-    __slots__ = ("call", "fixed_outs", "inputs", "kind", "node", "outputs", "specs", "view_of")
+    __slots__ = (
+        "call", "fixed_outs", "fresh", "inputs", "kind", "label", "name", "node", "outputs",
+        "specs", "view_of",
+    )  # fmt: skip
 
     def __init__(self, step: Any, call: Any, table: list[Any], per_run: set[int]) -> None:
         self.kind = step.kind
@@ -69,9 +72,19 @@ class _Step:
         self.outputs = step.outputs
         self.specs = step.specs
         self.view_of = step.node.operator.view_of_input
+        self.name = step.name  # what profiles and traces call it
+        self.label = step.label
         fixed = step.kind is StepKind.STATIC and not any(v in per_run for v in step.outputs)
         # Static outputs in the slab are the same arrays in every run of this state.
         self.fixed_outs = [table[v] for v in step.outputs] if fixed else None
+        # Per output of a static step: (shape, dtype) of the new array each run makes for a
+        # graph output, None for one in the slab.
+        self.fresh = None
+        if step.kind is StepKind.STATIC and not fixed:
+            self.fresh = [
+                (spec.shape, spec.numpy_dtype) if v in per_run else None
+                for v, spec in zip(step.outputs, step.specs, strict=True)
+            ]
 
 
 class RunState:
@@ -82,6 +95,9 @@ class RunState:
     ) -> None:
         self.plan = plan
         self.checked = checked
+        self.exact = plan.graph.exact
+        # Nothing but the calls to do between steps (see `_run_plain`).
+        self.plain = not checked and not plan.graph.exact
         memory = plan.graph.kernels.memory
         self.slab = memory.allocate(plan.memory.slab_bytes)
         if checked:
@@ -95,6 +111,7 @@ class RunState:
         table.append(None)  # the slot ABSENT (−1) reads
         self.base_table = table
         self.arena = Arena(BufferPool(memory, checked=checked))
+        self.empty = plan.graph.kernels.xp.empty
         self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, self.arena)
         calls = (prepared or Prepared(plan)).calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
@@ -119,12 +136,16 @@ class RunState:
         profile: dict[str, list[float]] | None = None,
         guard: Any = None,
         trace: list[tuple] | None = None,
+        scope: tuple[str, str] | None = None,
     ) -> list[Any]:
         """Run the plan; `outputs` may give arrays to write graph outputs into (by value id);
         `guard` (a RunGuard) is checked before every step; `trace` gets one record per executed
-        step: (node name, op type, perf_counter start, seconds, input shapes or None)."""
+        step: (node name, op type, perf_counter start, seconds, input shapes or None).
+        `scope` (a body's node name and profile label) prefixes a body's rows."""
+        if in_run():  # a body inside its node's run: NumPy's error state is set already
+            return self._run(inputs, outputs, profile, guard, trace, scope)
         with run_scope():
-            return self._run(inputs, outputs, profile, guard, trace)
+            return self._run(inputs, outputs, profile, guard, trace, scope)
 
     def _run(
         self,
@@ -133,69 +154,112 @@ class RunState:
         profile: dict[str, list[float]] | None,
         guard: Any,
         trace: list[tuple] | None,
+        scope: tuple[str, str] | None,
     ) -> list[Any]:
         plan = self.plan
-        xp = plan.graph.kernels.xp
-        exact = plan.graph.exact
         ctx = self.ctx
         ctx.guard = guard
+        ctx.observer = None
         self.arena.reset()
         table = self.base_table.copy()
         for value_id, array in inputs.items():
             table[value_id] = array
         given = outputs or {}
+        if guard is None and profile is None and trace is None and self.plain:
+            self._run_plain(table, given)
+        else:
+            self._run_observed(table, given, profile, guard, trace, scope)
+        return [self._result(table[value_id], value_id, given) for value_id in plan.output_ids]
+
+    def _run_plain(self, table: list[Any], given: Mapping[int, Any]) -> None:
+        """The steady-state loop: no guard, profile, trace, checked poisoning or exact NaNs,
+        so a static step is its call on the table's inputs and its fixed outputs."""
+        ctx = self.ctx
+        step = None
+        try:
+            for step in self.steps:
+                outs = step.fixed_outs
+                if outs is not None:
+                    step.call(ctx, [table[i] for i in step.inputs], outs)
+                else:
+                    self._step(step, [table[i] for i in step.inputs], table, given)
+        except SessionError:
+            raise
+        except Exception as error:
+            raise operator_failure(step.node, "run", error) from error
+
+    def _run_observed(
+        self,
+        table: list[Any],
+        given: Mapping[int, Any],
+        profile: dict[str, list[float]] | None,
+        guard: Any,
+        trace: list[tuple] | None,
+        scope: tuple[str, str] | None,
+    ) -> None:
+        """Every step with the guard checked before it, timed when asked, and in checked mode
+        the blocks that die after it poisoned."""
+        ctx = self.ctx
         timed = profile is not None or trace is not None
         started = 0.0
         for index, step in enumerate(self.steps):
             if guard is not None:
                 guard.check(step.node.info.name)
             if timed:
+                name, label = step.name, step.label
+                if scope is not None:
+                    name, label = f"{scope[0]}/{name}", f"{scope[1]}/{label}"
+                ctx.observer = (profile, trace, name, label)  # for the bodies a step runs
                 started = time.perf_counter()
             ins = [table[i] for i in step.inputs]
-            kind = step.kind
-            if kind is StepKind.STATIC:
-                outs = step.fixed_outs
-                if outs is None:
-                    outs = self._fresh_outputs(step, table, given)
-                try:
-                    step.call(ctx, ins, outs)
-                except SessionError:
-                    raise
-                except Exception as error:
-                    raise operator_failure(step.node, "run", error) from error
-                if exact:
-                    for out in outs:
-                        canonical_nans(xp, out)
-            elif kind is StepKind.VIEW:
-                table[step.outputs[0]] = ins[step.view_of].reshape(step.specs[0].shape)
-            else:
-                self._run_dynamic(step, ins, table)
+            try:
+                self._step(step, ins, table, given)
+            except SessionError:
+                raise
+            except Exception as error:
+                raise operator_failure(step.node, "run", error) from error
             if timed:
-                self._record(step, ins, started, profile, trace)
+                self._record(name, label, step, ins, started, profile, trace)
             if self.checked:
                 for offset, size in self.releases[index]:
                     self.slab[offset : offset + size] = POISON
-        return [self._result(table[value_id], value_id, given) for value_id in plan.output_ids]
+
+    def _step(
+        self, step: _Step, ins: list[Any], table: list[Any], given: Mapping[int, Any]
+    ) -> None:
+        kind = step.kind
+        if kind is StepKind.STATIC:
+            outs = step.fixed_outs
+            if outs is None:
+                outs = self._fresh_outputs(step, table, given)
+            step.call(self.ctx, ins, outs)
+            if self.exact:
+                xp = self.plan.graph.kernels.xp
+                for out in outs:
+                    canonical_nans(xp, out)
+        elif kind is StepKind.VIEW:
+            table[step.outputs[0]] = ins[step.view_of].reshape(step.specs[0].shape)
+        else:
+            self._run_dynamic(step, ins, table)
 
     def _fresh_outputs(self, step: _Step, table: list[Any], given: Mapping[int, Any]) -> list:
         """A static step's outputs when some are graph outputs: the caller's array or a new one
         for those, the slab for the rest."""
-        xp = self.plan.graph.kernels.xp
-        per_run = self.plan.per_run
+        empty = self.empty
         outs = []
-        for value_id, spec in zip(step.outputs, step.specs, strict=True):
-            if value_id in per_run:
-                out = given.get(value_id)
-                table[value_id] = out = (
-                    xp.empty(spec.shape, spec.numpy_dtype) if out is None else out
-                )
-            else:
+        for value_id, fresh in zip(step.outputs, step.fresh, strict=True):
+            if fresh is None:
                 out = table[value_id]
+            else:
+                out = given.get(value_id)
+                table[value_id] = out = empty(*fresh) if out is None else out
             outs.append(out)
         return outs
 
     @staticmethod
     def _record(
+        name: str,
+        label: str,
         step: _Step,
         ins: Sequence[Any],
         started: float,
@@ -203,12 +267,11 @@ class RunState:
         trace: list[tuple] | None,
     ) -> None:
         elapsed = time.perf_counter() - started
-        info = step.node.info
         if profile is not None:
-            profile.setdefault(info.op_type, []).append(elapsed)
+            profile.setdefault(label, []).append(elapsed)
         if trace is not None:
             shapes = [getattr(value, "shape", None) for value in ins]
-            trace.append((info.name, info.op_type, started, elapsed, shapes))
+            trace.append((name, step.node.info.op_type, started, elapsed, shapes))
 
     def _run_dynamic(self, step: Any, ins: Sequence[Any], table: list[Any]) -> None:
         """Shape a step again from the actual arrays, then run it on fresh arrays."""
@@ -217,8 +280,9 @@ class RunState:
         operator = node.operator
         xp = plan.graph.kernels.xp
         if operator.outputs_data_dependent:
-            results = run_operator(node, operator.run, self.ctx, list(ins), None)
-            self.ctx.charge(_size(results), node.info.name)
+            results = run_operator(node, operator.run, self.ctx, ins, None)
+            if self.ctx.guard is not None:  # sizing the results costs; only a limit needs it
+                self.ctx.charge(_size(results), node.info.name)
         else:
             if operator.view_of_input is not None and not is_tensor(ins[operator.view_of_input]):
                 table[step.outputs[0]] = ins[operator.view_of_input]  # Identity of a sequence
@@ -288,17 +352,19 @@ class StatePool:
         self._prepared: Prepared | None = None
 
     def take(self) -> RunState:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-            if self._prepared is None:
-                self._prepared = Prepared(self.plan)
-        return RunState(self.plan, checked=self.checked, prepared=self._prepared)
+        try:
+            return self._idle.pop()  # atomic: list.pop and append need no lock of ours
+        except IndexError:
+            pass
+        with paused_gc():  # a state per step of the plan: see gc_pause.py
+            with self._lock:
+                if self._prepared is None:
+                    self._prepared = Prepared(self.plan)
+            return RunState(self.plan, checked=self.checked, prepared=self._prepared)
 
     def give(self, state: RunState) -> None:
-        with self._lock:
-            if len(self._idle) < self.max_idle:
-                self._idle.append(state)
+        if len(self._idle) < self.max_idle:  # racing gives may keep one or two more: harmless
+            self._idle.append(state)
 
 
 def _size(values: Any) -> int:

@@ -30,17 +30,22 @@ class ControlFlow(Operator):
             raise self.node.invalid(f"{self.node.op_type} has no compiled body")
         return self.node.compile_body(graph)
 
-    def captured(self, inputs: Sequence[Array | None]) -> dict[str, Array]:
-        """Outer values by name: they follow the node's declared inputs."""
-        return dict(zip(self.node.captured, inputs[len(self.node.inputs) :], strict=True))
+    def outer_positions(self, executor: Any) -> tuple[int, ...]:
+        """Where the outer values a body reads are among the node's run inputs (they follow
+        the node's declared inputs), found once so that entering the body looks up nothing."""
+        return executor.body_inputs(self.node.captured, len(self.node.inputs))
 
     @staticmethod
-    def feeds(executor: Any, positional: Sequence[Array], captured: dict[str, Array]) -> dict:
+    def body_values(
+        executor: Any,
+        positional: Sequence[Array | None],
+        inputs: Sequence[Array | None],
+        outer: tuple[int, ...],
+    ) -> list[Array | None]:
         """A body's inputs: its declared ones by position, then the outer values it reads."""
-        names = executor.input_names
-        feeds = dict(zip(names, positional, strict=False))
-        feeds.update((name, captured[name]) for name in names[len(positional) :])
-        return feeds
+        values = list(positional[: executor.declared_inputs])
+        values.extend([inputs[i] for i in outer])
+        return values
 
     @staticmethod
     def host_scalar(ctx: RunContext, value: Array) -> Any:
@@ -63,10 +68,13 @@ class IfOp(ControlFlow):
         super().__init__(node)
         self.then_branch = self.body("then_branch")
         self.else_branch = self.body("else_branch")
+        self.then_outer = self.outer_positions(self.then_branch)
+        self.else_outer = self.outer_positions(self.else_branch)
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
-        branch = self.then_branch if self.host_scalar(ctx, inputs[0]) else self.else_branch
-        return branch.run_named(self.feeds(branch, (), self.captured(inputs)), ctx.guard)
+        if self.host_scalar(ctx, inputs[0]):
+            return self.then_branch.run_body([inputs[i] for i in self.then_outer], ctx)
+        return self.else_branch.run_body([inputs[i] for i in self.else_outer], ctx)
 
 
 class LoopOp(ControlFlow):
@@ -76,6 +84,7 @@ class LoopOp(ControlFlow):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.loop_body = self.body("body")
+        self.outer = self.outer_positions(self.loop_body)
         self.carried = len(node.inputs) - 2
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
@@ -86,14 +95,13 @@ class LoopOp(ControlFlow):
         limit = None if trips is None else int(self.host_scalar(ctx, trips))
         going = True if condition is None else bool(self.host_scalar(ctx, condition))
         carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
-        captured = self.captured(inputs)
         scans: list[list[Array]] = []
         iteration = 0
         while going and (limit is None or iteration < limit):
             ctx.check(self.node.name)
             positional = (xp.asarray(np.int64(iteration)), xp.asarray(np.bool_(going)), *carried)
-            feeds = self.feeds(self.loop_body, positional, captured)
-            results = self.loop_body.run_named(feeds, ctx.guard)
+            values = self.body_values(self.loop_body, positional, inputs, self.outer)
+            results = self.loop_body.run_body(values, ctx)
             going = bool(self.host_scalar(ctx, results[0]))
             carried = results[1 : 1 + self.carried]
             scanned = results[1 + self.carried :]
@@ -118,6 +126,7 @@ class ScanOp(ControlFlow):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.scan_body = self.body("body")
+        self.outer = self.outer_positions(self.scan_body)
         self.scan_inputs = int(node.attr("num_scan_inputs"))
         self.batched = node.opset < 9
         declared = len(node.inputs) - (1 if self.batched else 0)
@@ -132,10 +141,9 @@ class ScanOp(ControlFlow):
         self.output_axes = list(node.attr("scan_output_axes", [0] * self.outputs_count))
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
-        captured = self.captured(inputs)
         declared = list(inputs[: len(self.node.inputs)])
         if not self.batched:
-            return self._scan(ctx, declared[: self.states], declared[self.states :], captured)
+            return self._scan(ctx, declared[: self.states], declared[self.states :], inputs)
         xp = ctx.xp
         lengths, data = declared[0], declared[1:]
         states, scanned = data[: self.states], data[self.states :]
@@ -148,7 +156,7 @@ class ScanOp(ControlFlow):
                 else int(ctx.kernels.memory.to_host(lengths)[b])
             )
             sliced = [x[b, :steps] for x in scanned]
-            per_batch.append(self._scan(ctx, [s[b] for s in states], sliced, captured))
+            per_batch.append(self._scan(ctx, [s[b] for s in states], sliced, inputs))
         longest = max((r[self.states].shape[0] for r in per_batch if self.outputs_count), default=0)
         results = [xp.stack([r[i] for r in per_batch]) for i in range(self.states)]
         for k in range(self.outputs_count):
@@ -165,8 +173,9 @@ class ScanOp(ControlFlow):
         ctx: RunContext,
         states: list[Array],
         scanned: list[Array],
-        captured: dict[str, Array],
+        inputs: Sequence[Array | None],
     ) -> list[Array]:
+        """One sequence; `inputs` are the node's, for the outer values the body reads."""
         xp = ctx.xp
         axes = [a % x.ndim for a, x in zip(self.input_axes, scanned, strict=True)]
         lengths = {x.shape[a] for x, a in zip(scanned, axes, strict=True)}
@@ -181,8 +190,8 @@ class ScanOp(ControlFlow):
                 xp.take(x, steps - 1 - t if reverse else t, axis=a)
                 for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
             ]
-            feeds = self.feeds(self.scan_body, (*carried, *slices), captured)
-            results = self.scan_body.run_named(feeds, ctx.guard)
+            values = self.body_values(self.scan_body, (*carried, *slices), inputs, self.outer)
+            results = self.scan_body.run_body(values, ctx)
             carried = results[: self.states]
             produced = sum(int(r.nbytes) for r in results[self.states :])
             ctx.charge(produced, self.node.name, "Scan outputs")

@@ -166,10 +166,10 @@ class SequenceMapOp(ControlFlow):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.map_body = self.body("body")
+        self.outer = self.outer_positions(self.map_body)
 
     def run(self, ctx: RunContext, inputs: Sequence[Any], outputs: Any) -> list:
         declared = list(inputs[: len(self.node.inputs)])
-        captured = self.captured(inputs)
         lengths = {len(x) for x in declared if isinstance(x, list)}
         if len(lengths) != 1:
             raise self.node.bad_input(f"SequenceMap sequences differ in length: {lengths}")
@@ -178,9 +178,8 @@ class SequenceMapOp(ControlFlow):
         for i in range(count):
             ctx.check(self.node.name)
             positional = [x[i] if isinstance(x, list) else x for x in declared]
-            results = self.map_body.run_named(
-                self.feeds(self.map_body, positional, captured), ctx.guard
-            )
+            values = self.body_values(self.map_body, positional, inputs, self.outer)
+            results = self.map_body.run_body(values, ctx)
             for bucket, result in zip(collected, results, strict=True):
                 bucket.append(result)
         return collected

@@ -21,7 +21,7 @@ import numpy as np
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
 from onemodel.graph.passes.base import GraphPass, OptimizationLevel, PassContext
 from onemodel.graph.passes.pass_graph import ABSENT, PassGraph, PassNode
-from onemodel.graph.plan import canonical_nans, is_tensor
+from onemodel.graph.values import canonical_nans, is_tensor
 from onemodel.tensors import onnx_code_for_numpy
 
 SESSION_FOLD_LIMIT_BYTES = 64 * 1024 * 1024

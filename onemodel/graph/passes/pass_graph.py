@@ -84,9 +84,12 @@ class PassGraph:
         self.opsets = opsets
         self._outputs = set(output_ids)
         self._producers: dict[int, PassNode] = {}
-        self._readers: dict[int, list[PassNode]] = {}
+        # Readers per value as an insertion-ordered set, so that removing one is O(1) even
+        # for a constant that thousands of nodes read.
+        self._readers: dict[int, dict[PassNode, None]] = {}
         self._counter = itertools.count()
         self.nodes: list[PassNode] = []
+        self.edited = True  # since the last `settle`; a pass that changed nothing costs no settle
         for order, node in enumerate(nodes):
             node.order = float(order)
             self.add(node)
@@ -101,7 +104,7 @@ class PassGraph:
         return self._producers.get(value_id)
 
     def readers(self, value_id: int) -> list[PassNode]:
-        return self._readers.get(value_id, [])
+        return list(self._readers.get(value_id, ()))
 
     def is_output(self, value_id: int) -> bool:
         return value_id in self._outputs
@@ -109,10 +112,10 @@ class PassGraph:
     def only_reader(self, value_id: int) -> PassNode | None:
         """The one node reading a value that is not a graph output, else None: a pass may then
         fold the value away."""
-        readers = self.readers(value_id)
+        readers = self._readers.get(value_id, ())
         if len(readers) != 1 or self.is_output(value_id):
             return None
-        reader = readers[0]
+        (reader,) = readers
         return reader if reader.inputs.count(value_id) == 1 else None
 
     def constant(self, value_id: int) -> np.ndarray | None:
@@ -177,25 +180,26 @@ class PassGraph:
         return value_id
 
     def add(self, node: PassNode) -> None:
+        self.edited = True
         self.nodes.append(node)
         for value_id in node.outputs:
             if value_id != ABSENT:
                 self._producers[value_id] = node
         for value_id in node.inputs:
             if value_id != ABSENT:
-                self._readers.setdefault(value_id, []).append(node)
+                self._readers.setdefault(value_id, {})[node] = None
 
     def remove(self, node: PassNode) -> None:
         if node.removed:
             return
+        self.edited = True
         node.removed = True
         for value_id in node.outputs:
             if self._producers.get(value_id) is node:
                 del self._producers[value_id]
-        for value_id in set(node.inputs):
+        for value_id in node.inputs:
             if value_id != ABSENT:
-                readers = self._readers[value_id]
-                readers[:] = [reader for reader in readers if reader is not node]
+                self._readers[value_id].pop(node, None)
 
     def replace(self, old: Sequence[PassNode], new: Sequence[PassNode]) -> None:
         """Put `new` where the last of `old` was, in the given order."""
@@ -208,35 +212,40 @@ class PassGraph:
 
     def redirect(self, old_id: int, new_id: int) -> None:
         """Every reader of `old_id` reads `new_id` instead."""
+        self.edited = True
         for reader in list(self.readers(old_id)):
             reader.inputs = [new_id if v == old_id else v for v in reader.inputs]
-            self._readers.setdefault(new_id, []).append(reader)
+            self._readers.setdefault(new_id, {})[reader] = None
         self._readers.pop(old_id, None)
 
     def rename_output(self, node: PassNode, old_id: int, new_id: int) -> None:
         """`node` produces `new_id` where it produced `old_id` (which nothing reads any more)."""
+        self.edited = True
         node.outputs = [new_id if v == old_id else v for v in node.outputs]
         self._producers.pop(old_id, None)
         self._producers[new_id] = node
 
     def settle(self) -> None:
         """Drop removed nodes and nodes nothing reads, then restore dependency order."""
+        if not self.edited:
+            return
+        unread = [node for node in self.nodes if not node.removed]
+        while unread:  # a removed node's producers may be unread now: a worklist, not sweeps
+            node = unread.pop()
+            if node.removed or any(self._read(v) for v in node.outputs):
+                continue
+            self.remove(node)
+            unread.extend(p for v in node.inputs if (p := self._producers.get(v)) is not None)
         live = [node for node in self.nodes if not node.removed]
-        changed = True
-        while changed:
-            changed = False
-            for node in live:
-                if node.removed or any(self._read(v) for v in node.outputs):
-                    continue
-                self.remove(node)
-                changed = True
-            live = [node for node in live if not node.removed]
         self.nodes = _in_dependency_order(live, self._producers)
         for order, node in enumerate(self.nodes):
             node.order = float(order)
+        self.edited = False
 
     def _read(self, value_id: int) -> bool:
-        return value_id != ABSENT and (self.is_output(value_id) or bool(self.readers(value_id)))
+        if value_id == ABSENT:
+            return False
+        return self.is_output(value_id) or bool(self._readers.get(value_id))
 
     def make_node(
         self,
@@ -268,8 +277,25 @@ class PassGraph:
         return PassNode(definition.factory(info), info, list(inputs), list(outputs))
 
 
+def _in_order(nodes: list[PassNode], producers: dict[int, PassNode]) -> bool:
+    """Whether every node's inputs are made by nodes before it (or outside `nodes`)."""
+    seen: set[int] = set()
+    members = {id(node) for node in nodes}
+    for node in nodes:
+        for value_id in node.inputs:
+            producer = producers.get(value_id)
+            inside = producer is not None and producer is not node and id(producer) in members
+            if inside and id(producer) not in seen:
+                return False
+        seen.add(id(node))
+    return True
+
+
 def _in_dependency_order(nodes: list[PassNode], producers: dict[int, PassNode]) -> list[PassNode]:
     """A topological order that keeps the nodes' `order` wherever dependencies allow."""
+    by_order = sorted(nodes, key=lambda node: node.order)  # nearly sorted: linear in practice
+    if _in_order(by_order, producers):
+        return by_order
     waiting = {id(node): 0 for node in nodes}
     dependents: dict[int, list[PassNode]] = {}
     for node in nodes:
