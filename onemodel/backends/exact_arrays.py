@@ -181,7 +181,8 @@ def conv_arrays(
     batch, channels = x.shape[:2]
     out_spatial, kernel = out.shape[2:], w.shape[2:]
     per_group, maps = channels // group, w.shape[0] // group
-    padded = _padded(xp, wide(xp, x), out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+    x = exact_gemm.to_float64(xp, x)
+    padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
     columns = xp.empty((batch, channels, math.prod(kernel), *out_spatial), dtype=xp.float64)
     for tap, (_, view) in enumerate(_taps(padded, out_spatial, kernel, strides, dilations)):
         columns[:, :, tap] = view

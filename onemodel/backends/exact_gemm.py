@@ -60,13 +60,27 @@ class ExactOperand:
 def prepare(xp: Any, x: Array, axis: int) -> ExactOperand:
     """`x` (a float32, float16 or bfloat16 matrix stack, or float64 holding such values) ready to
     be the operand of `matmul` whose K axis is `axis`."""
-    wide = x if x.dtype == np.float64 else widen(xp, x)
+    wide = x if x.dtype == np.float64 else to_float64(xp, x)
     with np.errstate(all="ignore"):
-        squares = xp.sum(wide * wide, axis=axis)
+        squares = _squares(xp, wide, axis)
         if bool(xp.all(xp.isfinite(squares))):  # a non-finite entry makes its sum non-finite
             return ExactOperand(wide, None, squares, axis)
         finite = xp.where(xp.isfinite(wide), wide, 0.0)
-        return ExactOperand(finite, wide, xp.sum(finite * finite, axis=axis), axis)
+        return ExactOperand(finite, wide, _squares(xp, finite, axis), axis)
+
+
+def _squares(xp: Any, x: Array, axis: int) -> Array:
+    """Σ x² along the K axis, in any order (it only feeds an error bound): einsum makes no
+    temporary of x's size."""
+    batch = "abcdefghij"[: x.ndim - 2]  # explicit letters: NumPy's einsum is slower with "..."
+    given = f"{batch}mk" if axis == -1 else f"{batch}kn"
+    kept = f"{batch}m" if axis == -1 else f"{batch}n"
+    return xp.einsum(f"{given},{given}->{kept}", x, x)
+
+
+def to_float64(xp: Any, x: Array) -> Array:
+    """x as float64, exactly, also where the library's conversion would flush subnormals."""
+    return x.astype(np.float64) if xp is np else widen(xp, x)
 
 
 def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array) -> None:
@@ -84,8 +98,8 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
         return
     with np.errstate(all="ignore"):
         approx = xp.matmul(left.finite, right.finite)
-        radius = xp.sqrt(left.squares[..., :, None] * right.squares[..., None, :])
-        radius *= (depth + 9) * 2.0**-52
+        rows = xp.sqrt(left.squares) * ((depth + 9) * 2.0**-52)
+        radius = rows[..., :, None] * xp.sqrt(right.squares)[..., None, :]
         value, decided = _decide(xp, approx, radius, out.dtype)
         specials = _specials(xp, left, right)
         if specials is not None:
@@ -97,7 +111,12 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
             value[undecided] = exact_dots(xp, left.finite, right.finite, undecided)
     if out.dtype != np.float32:
         value = _odd_at_24_bits(xp, value)
-    store(xp, out, value.reshape(out.shape))
+    value = value.reshape(out.shape)
+    if xp is np:  # NumPy's conversions are IEEE's, subnormals included: the same bits
+        with np.errstate(over="ignore"):  # beyond float32's range is inf: intended
+            out[...] = value
+    else:
+        store(xp, out, value)
 
 
 def _given(x: Array | ExactOperand) -> Array:
@@ -124,32 +143,42 @@ def _decide(xp: Any, approx: Array, radius: Array, dtype: Any) -> tuple[Array, A
     """The rounded value of `approx` in `dtype` (as float64) and where the exact value is sure
     to round to it: where approx ± radius lies inside that value's rounding cell.
 
-    With approx = n·2^(q−p) (q its binade's exponent, floored at the subnormals'; p the type's
-    precision) and n = rint of that, the cell runs from (n − 1/2) units down (n − 1/4 when n is
-    the binade's first significand, where the spacing below halves) to (n + 1/2) units up (or
-    more where the spacing above doubles); the test uses those smallest extents. Beyond the
-    largest finite value the cell is [the overflow threshold, ∞). radius 0 means every product
-    is zero: the value is +0.
+    With 2^(e−1) ≤ |approx| < 2^e, q = max(e, the normals' lowest e) and p the type's precision,
+    |approx| is `scaled` units of 2^(q−p) and rounds to n = rint(scaled) units. The cell of n
+    reaches (n − 1/2) units down (n − 1/4 when n = 2^(p−1), where the spacing below halves) and
+    (n + 1/2) units up (more where the spacing above doubles); the test uses those smallest
+    extents. Beyond the largest finite value the cell is [the overflow threshold, ∞). radius 0
+    means every product is zero: the value is +0. Scalings are by exact powers of two made from
+    their bits (cheaper than ldexp).
     """
     info = ml_dtypes.finfo(dtype)  # NumPy's finfo does not know bfloat16
     precision, lowest = info.nmant + 1, info.minexp + 1  # frexp exponents of the normals
     largest = float(info.max)
     threshold = largest + 2.0 ** (info.maxexp - precision - 1)  # half an ulp above the largest
     size = xp.abs(approx)
-    _, exponent = xp.frexp(size)
-    shift = precision - xp.maximum(exponent, lowest)
-    scaled = xp.ldexp(size, shift)  # approx in units of the output's spacing: exact
+    exponent = (size.view(xp.int64) >> 52) - 1022  # frexp's: size is normal or 0 in float64
+    scale = _power_of_two(xp, precision - xp.maximum(exponent, lowest))
+    scaled = size * scale  # exact
     units = xp.rint(scaled)
     offset = scaled - units  # exact: |offset| ≤ 1/2
-    reach = xp.ldexp(radius, shift)
-    below = xp.where(units == 2.0 ** (precision - 1), 0.25, 0.5)
-    inside = (reach < offset + below) & (reach < 0.5 - offset) & (units != 0)
-    rounded = xp.ldexp(units, -shift)
-    over = rounded > largest
-    decided = xp.where(over, size - threshold > radius, inside)
-    value = xp.copysign(xp.where(over, xp.inf, rounded), approx)
-    zero = radius == 0
-    return xp.where(zero, 0.0, value), decided | zero
+    reach = radius * scale
+    decided = (reach < 0.5 - offset) & (reach < offset + 0.5) & (units != 0)
+    decided &= (units != 2.0 ** (precision - 1)) | (reach < offset + 0.25)
+    units /= scale  # exact: a power of two
+    value = xp.copysign(units, approx)
+    over = size > largest
+    if bool(xp.any(over | (radius == 0))):
+        over = xp.abs(value) > largest
+        decided = xp.where(over, size - threshold > radius, decided)
+        value = xp.where(over, xp.copysign(xp.inf, approx), value)
+        zero = radius == 0
+        value, decided = xp.where(zero, 0.0, value), decided | zero
+    return value, decided
+
+
+def _power_of_two(xp: Any, exponent: Array) -> Array:
+    """2.0**exponent for integer exponents in [−1022, 1023], from the float64 bits."""
+    return ((exponent + 1023).astype(xp.int64) << 52).view(xp.float64)
 
 
 # -- non-finite operands -------------------------------------------------------------------
@@ -202,14 +231,16 @@ def exact_dots(xp: Any, a: Array, b: Array, index: tuple[Array, ...]) -> Array:
     *batch_index, rows, cols = index
     depth = a.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a_full = xp.broadcast_to(a, (*batch, *a.shape[-2:]))
-    b_full = xp.broadcast_to(xp.swapaxes(b, -1, -2), (*batch, b.shape[-1], depth))
+    b_rows = xp.swapaxes(b, -1, -2)
+    a_full = a if a.shape[:-2] == batch else xp.broadcast_to(a, (*batch, *a.shape[-2:]))
+    if b.shape[:-2] != batch:
+        b_rows = xp.broadcast_to(b_rows, (*batch, *b_rows.shape[-2:]))
     block = max(1, _BLOCK_VALUES // depth)
     sums = []
     for start in range(0, rows.shape[0], block):
         part = slice(start, start + block)
         at = tuple(i[part] for i in batch_index)
-        sums.append(odd_sum(xp, a_full[(*at, rows[part])] * b_full[(*at, cols[part])]))
+        sums.append(odd_sum(xp, a_full[(*at, rows[part])] * b_rows[(*at, cols[part])]))
     return xp.concatenate(sums)
 
 
