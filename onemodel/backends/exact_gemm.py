@@ -141,7 +141,8 @@ def ordered_matmul(xp: Any, a: Array, b: Array, out: Array) -> None:
 
 def _decide(xp: Any, approx: Array, radius: Array, dtype: Any) -> tuple[Array, Array]:
     """The rounded value of `approx` in `dtype` (as float64) and where the exact value is sure
-    to round to it: where approx ± radius lies inside that value's rounding cell.
+    to round to it: where approx ± radius lies inside that value's rounding cell. `radius` is
+    overwritten.
 
     With 2^(e−1) ≤ |approx| < 2^e, q = max(e, the normals' lowest e) and p the type's precision,
     |approx| is `scaled` units of 2^(q−p) and rounds to n = rint(scaled) units. The cell of n
@@ -155,19 +156,29 @@ def _decide(xp: Any, approx: Array, radius: Array, dtype: Any) -> tuple[Array, A
     precision, lowest = info.nmant + 1, info.minexp + 1  # frexp exponents of the normals
     largest = float(info.max)
     threshold = largest + 2.0 ** (info.maxexp - precision - 1)  # half an ulp above the largest
-    size = xp.abs(approx)
-    exponent = (size.view(xp.int64) >> 52) - 1022  # frexp's: size is normal or 0 in float64
-    scale = _power_of_two(xp, precision - xp.maximum(exponent, lowest))
-    scaled = size * scale  # exact
+    rare = bool(xp.any((radius == 0) | ~(approx <= largest) | ~(approx >= -largest)))
+    # Whole-array steps in place: a few buffers of the output's size, not one per step.
+    scaled = xp.abs(approx)
+    scale = scaled.view(xp.int64) >> 52  # the biased exponent: |approx| is normal or 0
+    xp.maximum(scale, lowest + 1022, out=scale)  # e = max(biased − 1022, e_min)
+    xp.subtract(precision + 2045, scale, out=scale)  # the biased exponent of 2^(p − e)
+    scale <<= 52
+    scale = scale.view(xp.float64)
+    xp.multiply(scaled, scale, out=scaled)  # exact
     units = xp.rint(scaled)
-    offset = scaled - units  # exact: |offset| ≤ 1/2
-    reach = radius * scale
-    decided = (reach < 0.5 - offset) & (reach < offset + 0.5) & (units != 0)
-    decided &= (units != 2.0 ** (precision - 1)) | (reach < offset + 0.25)
-    units /= scale  # exact: a power of two
-    value = xp.copysign(units, approx)
-    over = size > largest
-    if bool(xp.any(over | (radius == 0))):
+    offset = xp.subtract(scaled, units, out=scaled)  # exact: |offset| ≤ 1/2
+    reach = xp.multiply(radius, scale, out=radius)  # exact; radius = reach / scale again
+    bound = xp.subtract(0.5, offset)
+    decided = reach < bound
+    xp.add(offset, 0.5, out=bound)
+    decided &= reach < bound
+    decided &= units != 0
+    xp.add(offset, 0.25, out=bound)
+    decided &= (units != 2.0 ** (precision - 1)) | (reach < bound)
+    value = xp.divide(units, scale, out=units)  # exact: a power of two
+    xp.copysign(value, approx, out=value)
+    if rare:  # overflow (and approx beyond the largest finite value), all-zero rows
+        radius, size = reach / scale, xp.abs(approx)
         over = xp.abs(value) > largest
         decided = xp.where(over, size - threshold > radius, decided)
         value = xp.where(over, xp.copysign(xp.inf, approx), value)
