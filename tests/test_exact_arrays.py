@@ -58,13 +58,16 @@ def im2col_exact_conv(
     return np.stack([oracle(weights, cols, np.float32) for cols in columns]).reshape(n_, m_, oh, ow)
 
 
-@pytest.mark.parametrize("stride,pad,dilation", [(1, 0, 1), (2, 1, 1), (1, 2, 2)])
+@pytest.mark.parametrize(
+    "stride,pad,dilation,kernel",
+    [(1, 0, 1, (3, 2)), (2, 1, 1, (3, 2)), (1, 2, 2, (3, 2)), (1, 0, 1, (1, 1)), (2, 0, 1, (1, 1))],
+)
 def test_conv_equals_the_exact_matmul_over_im2col_columns(
-    xp: ModuleType, stride: int, pad: int, dilation: int
+    xp: ModuleType, stride: int, pad: int, dilation: int, kernel: tuple[int, int]
 ) -> None:
     rng = np.random.default_rng(stride + 3 * pad + 7 * dilation)
     x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
-    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    w = rng.standard_normal((4, 3, *kernel)).astype(np.float32)
     want = im2col_exact_conv(x, w, stride, pad, dilation)
     out = xp.empty(want.shape, dtype=xp.float32)
     exact_arrays.conv_arrays(

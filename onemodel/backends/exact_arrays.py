@@ -182,16 +182,23 @@ def conv_arrays(
     out_spatial, kernel = out.shape[2:], w.shape[2:]
     per_group, maps = channels // group, w.shape[0] // group
     x = exact_gemm.to_float64(xp, x)
-    padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
-    columns = xp.empty((batch, channels, math.prod(kernel), *out_spatial), dtype=xp.float64)
-    for tap, (_, view) in enumerate(_taps(padded, out_spatial, kernel, strides, dilations)):
-        columns[:, :, tap] = view
-    columns = columns.reshape(batch, group, per_group * math.prod(kernel), -1)
-    product = xp.empty((batch, group, maps, columns.shape[-1]), dtype=out.dtype)
-    exact_gemm.matmul(
-        xp, conv_weights(xp, w, group) if weights is None else weights, columns, product
-    )
-    out[...] = product.reshape(out.shape)
+    pointwise = math.prod(kernel) == 1 and tuple(out_spatial) == tuple(x.shape[2:])
+    if pointwise and all(s == 1 for s in strides) and not any(pads):
+        columns = x.reshape(batch, group, per_group, -1)  # im2col of a 1x1 conv is x itself
+    else:
+        padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+        columns = xp.empty((batch, channels, math.prod(kernel), *out_spatial), dtype=xp.float64)
+        for tap, (_, view) in enumerate(_taps(padded, out_spatial, kernel, strides, dilations)):
+            columns[:, :, tap] = view
+        columns = columns.reshape(batch, group, per_group * math.prod(kernel), -1)
+    shape = (batch, group, maps, columns.shape[-1])
+    direct = out.flags.c_contiguous
+    product = out.reshape(shape) if direct else xp.empty(shape, dtype=out.dtype)
+    if weights is None:
+        weights = conv_weights(xp, w, group)
+    exact_gemm.matmul(xp, weights, columns, product)
+    if not direct:
+        out[...] = product.reshape(out.shape)
 
 
 def max_pool_arrays(
