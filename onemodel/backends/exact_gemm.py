@@ -103,7 +103,9 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
         approx = xp.matmul(left.finite, right.finite)
         *batch, rows, cols = approx.shape
         approx = approx.reshape(-1, cols)
-        row_bounds = xp.sqrt(left.squares) * ((depth + 9) * 2.0**-52)
+        # the radius bound holds up to K = 2^24; beyond, nothing is decided (exact path)
+        factor = (depth + 9) * 2.0**-53 if depth <= 1 << 24 else math.inf
+        row_bounds = xp.sqrt(left.squares) * factor
         row_bounds = xp.broadcast_to(row_bounds, (*batch, rows)).reshape(-1, 1)
         col_bounds = xp.broadcast_to(xp.sqrt(right.squares), (*batch, cols)).reshape(-1, cols)
         specials = _specials(xp, left, right)
@@ -327,9 +329,9 @@ def odd_sum(xp: Any, terms: Array) -> Array:
     non-negative, and combined from the lowest up with round-to-odd additions.
     """
     width = 52 - max(1, math.ceil(math.log2(terms.shape[1])))
-    _, exponent = xp.frexp(terms)
-    top = xp.max(xp.where(terms == 0, -1100, exponent), axis=1)
-    rest = xp.ldexp(terms, (width - top)[:, None])  # |rest| < 2^width: exact
+    peak = xp.max(xp.abs(terms), axis=1)
+    top = xp.maximum((peak.view(xp.int64) >> 52) - 1022, -300)  # |terms| ≤ peak < 2^top
+    rest = terms * _power_of_two(xp, width - top)[:, None]  # |rest| < 2^width: exact
     digits = []
     while True:
         digit = xp.rint(rest)
@@ -353,7 +355,7 @@ def odd_sum(xp: Any, terms: Array) -> Array:
     total = xp.ldexp(digits[-1], -width * (len(digits) - 1))
     for j in range(len(digits) - 2, -1, -1):
         total = _odd_add(xp, xp.ldexp(digits[j], -width * j), total)
-    return xp.ldexp(total * sign, top - width)
+    return total * sign * _power_of_two(xp, top - width)
 
 
 def _odd_add(xp: Any, x: Array, y: Array) -> Array:
