@@ -1,8 +1,9 @@
 """The exact array kernels on their own, with NumPy and (GPU mark) CuPy as the namespace.
 
 Session-level checks are in test_exact_operators.py; here each kernel meets an oracle built
-differently: exact conv against im2col columns multiplied in the exact matmul's order, ordered
-sums against Python float loops, exp/log/erf against the math module rounded once.
+differently: exact conv against explicit im2col columns multiplied by the exact-product oracle
+(tests/test_exact_gemm.py), ordered sums against Python float loops, exp/log/erf against the
+math module rounded once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from onemodel.backends import exact_arrays
+from tests.test_exact_gemm import oracle
 
 
 @pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
@@ -36,33 +38,36 @@ def host(array: object) -> np.ndarray:
 def im2col_exact_conv(
     x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int
 ) -> np.ndarray:
-    """2-D conv (group 1) as explicit columns, rows (c, ky, kx), times W summed in float64
-    over the rows in order from +0, then rounded once: the exact matmul's recipe."""
+    """2-D conv (group 1) as explicit columns, rows (c, ky, kx), multiplied by W in the
+    oracle's exact arithmetic and rounded once: the exact matmul's definition."""
     n_, c_, h, w_ = x.shape
     m_, _, kh, kw = w.shape
     oh = (h + 2 * pad - (kh - 1) * dilation - 1) // stride + 1
     ow = (w_ + 2 * pad - (kw - 1) * dilation - 1) // stride + 1
-    padded = np.zeros((n_, c_, h + 2 * pad + 2 * kh * dilation, w_ + 2 * pad + 2 * kw * dilation))
+    padded = np.zeros(
+        (n_, c_, h + 2 * pad + 2 * kh * dilation, w_ + 2 * pad + 2 * kw * dilation), np.float32
+    )
     padded[:, :, pad : pad + h, pad : pad + w_] = x
     rows = []
     for c, ky, kx in itertools.product(range(c_), range(kh), range(kw)):
         y0, x0 = ky * dilation, kx * dilation
         window = padded[:, c, y0 : y0 + (oh - 1) * stride + 1 : stride]
         rows.append(window[:, :, x0 : x0 + (ow - 1) * stride + 1 : stride].reshape(n_, -1))
-    weights = w.reshape(m_, -1).astype(np.float64)
-    total = np.zeros((n_, m_, oh * ow))
-    for k, row in enumerate(rows):
-        total += weights[None, :, k, None] * row[:, None, :]
-    return total.astype(np.float32).reshape(n_, m_, oh, ow)
+    columns = np.stack(rows, axis=1)  # (n, c·kh·kw, oh·ow)
+    weights = w.reshape(m_, -1)
+    return np.stack([oracle(weights, cols, np.float32) for cols in columns]).reshape(n_, m_, oh, ow)
 
 
-@pytest.mark.parametrize("stride,pad,dilation", [(1, 0, 1), (2, 1, 1), (1, 2, 2)])
+@pytest.mark.parametrize(
+    "stride,pad,dilation,kernel",
+    [(1, 0, 1, (3, 2)), (2, 1, 1, (3, 2)), (1, 2, 2, (3, 2)), (1, 0, 1, (1, 1)), (2, 0, 1, (1, 1))],
+)
 def test_conv_equals_the_exact_matmul_over_im2col_columns(
-    xp: ModuleType, stride: int, pad: int, dilation: int
+    xp: ModuleType, stride: int, pad: int, dilation: int, kernel: tuple[int, int]
 ) -> None:
     rng = np.random.default_rng(stride + 3 * pad + 7 * dilation)
     x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
-    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    w = rng.standard_normal((4, 3, *kernel)).astype(np.float32)
     want = im2col_exact_conv(x, w, stride, pad, dilation)
     out = xp.empty(want.shape, dtype=xp.float32)
     exact_arrays.conv_arrays(

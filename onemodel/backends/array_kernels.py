@@ -16,9 +16,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from onemodel.backends import exact_arrays
+from onemodel.backends import exact_arrays, exact_gemm
 from onemodel.backends.fp_errors import quiet
-from onemodel.backends.ieee_float32 import IeeeFloat32, store
+from onemodel.backends.ieee_float32 import IeeeFloat32
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
@@ -230,19 +230,15 @@ class ArrayKernels:
                 out[...] = xp.matmul(a, b)
 
     def exact_matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
-        """matmul_arrays in the canonical order: float64 sums over k = 0, 1, …, K−1, one rounding.
+        """matmul_arrays as exact mode defines it: each element the exact Σ_k a·b rounded once
+        into out's type (exact_gemm.matmul; float64 operands: the ordered float64 sum). `a` and
+        `b` may be `exact_matmul_operand`s prepared once."""
+        exact_gemm.matmul(self.xp, a, b, out)
 
-        The order of exact mode: float32 (and narrower) products are exact in float64, so the
-        result depends only on the K additions in this fixed order, on any machine or device.
-        """
-        xp = self.xp
-        a64 = exact_arrays.wide(xp, a)
-        b64 = exact_arrays.wide(xp, b)
-        total = xp.zeros(out.shape, dtype=xp.float64)
-        with np.errstate(all="ignore"):
-            for k in range(a.shape[-1]):
-                total += a64[..., :, k, None] * b64[..., None, k, :]
-        store(xp, out, total)
+    def exact_matmul_operand(self, x: Any, axis: int) -> Any:
+        """x as an operand of exact_matmul_arrays whose K axis is `axis` (−1 left, −2 right),
+        prepared once (a plan's constant weight)."""
+        return exact_gemm.prepare(self.xp, x, axis)
 
     def conv_weights(self, w: Any, group: int) -> Any:
         """W (M, C/group, *K) as `conv_arrays` multiplies it: (group, M/group, C/group·ΠK),
@@ -634,8 +630,13 @@ class ArrayKernels:
         pads: Sequence[int],
         dilations: Sequence[int],
         group: int,
+        weights: Any | None = None,
     ) -> None:
-        exact_arrays.conv_arrays(self.xp, x, w, out, strides, pads, dilations, group)
+        exact_arrays.conv_arrays(self.xp, x, w, out, strides, pads, dilations, group, weights)
+
+    def exact_conv_weights(self, w: Any, group: int) -> Any:
+        """W prepared once as exact_conv_arrays multiplies it (`weights`)."""
+        return exact_arrays.conv_weights(self.xp, w, group)
 
     def exact_max_pool_arrays(
         self,

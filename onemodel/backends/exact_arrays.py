@@ -26,6 +26,7 @@ import numpy as np
 
 # `wide`: x as float64, the working type of every floating exact kernel (a copy; float32
 # subnormals rebuilt from their bits, so a flushing backend keeps them).
+from onemodel.backends import exact_gemm
 from onemodel.backends.ieee_float32 import store
 from onemodel.backends.ieee_float32 import widen as wide
 
@@ -154,6 +155,12 @@ def _taps(
         yield taps, padded[(..., *view)]
 
 
+def conv_weights(xp: Any, w: Array, group: int) -> exact_gemm.ExactOperand:
+    """W (M, C/group, *K) as `conv_arrays` multiplies it: the left operand (group, M/group,
+    C/group·ΠK) of the exact matmul, prepared (a constant W once per plan)."""
+    return exact_gemm.prepare(xp, w.reshape(group, w.shape[0] // group, -1), -1)
+
+
 def conv_arrays(
     xp: Any,
     x: Array,
@@ -163,26 +170,35 @@ def conv_arrays(
     pads: Sequence[int],
     dilations: Sequence[int],
     group: int,
+    weights: exact_gemm.ExactOperand | None = None,
 ) -> None:
     """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), no bias.
 
-    Exact matmul's recipe over im2col's rows: per output element, the products of float64
-    values summed from +0 in the order input channel c, then kernel offset in row-major order
-    (padding reads as zero and takes part), rounded once into `out`.
+    The exact matmul of W's rows with im2col's columns: per output element the exact sum of
+    its products (padding reads +0 and takes part), rounded once into `out`. `weights` is
+    `conv_weights(w, group)` when the caller has it already.
     """
     batch, channels = x.shape[:2]
     out_spatial, kernel = out.shape[2:], w.shape[2:]
-    per_group, rank = channels // group, len(kernel)
-    padded = _padded(xp, wide(xp, x), out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
-    padded = padded.reshape(batch, group, per_group, *padded.shape[2:])
-    weights = wide(xp, w).reshape(group, w.shape[0] // group, per_group, *kernel)
-    total = xp.zeros((batch, group, w.shape[0] // group, *out_spatial), dtype=xp.float64)
-    with np.errstate(all="ignore"):
-        for c in range(per_group):
-            for taps, view in _taps(padded[:, :, c], out_spatial, kernel, strides, dilations):
-                tap = weights[(slice(None), slice(None), c, *taps)]
-                total += view[:, :, None] * tap.reshape(1, *tap.shape, *(1,) * rank)
-    store(xp, out, total.reshape(out.shape))
+    per_group, maps = channels // group, w.shape[0] // group
+    x = exact_gemm.to_float64(xp, x)
+    pointwise = math.prod(kernel) == 1 and tuple(out_spatial) == tuple(x.shape[2:])
+    if pointwise and all(s == 1 for s in strides) and not any(pads):
+        columns = x.reshape(batch, group, per_group, -1)  # im2col of a 1x1 conv is x itself
+    else:
+        padded = _padded(xp, x, out_spatial, kernel, strides, pads, dilations, 0, xp.float64)
+        columns = xp.empty((batch, channels, math.prod(kernel), *out_spatial), dtype=xp.float64)
+        for tap, (_, view) in enumerate(_taps(padded, out_spatial, kernel, strides, dilations)):
+            columns[:, :, tap] = view
+        columns = columns.reshape(batch, group, per_group * math.prod(kernel), -1)
+    shape = (batch, group, maps, columns.shape[-1])
+    direct = out.flags.c_contiguous
+    product = out.reshape(shape) if direct else xp.empty(shape, dtype=out.dtype)
+    if weights is None:
+        weights = conv_weights(xp, w, group)
+    exact_gemm.matmul(xp, weights, columns, product)
+    if not direct:
+        out[...] = product.reshape(out.shape)
 
 
 def max_pool_arrays(

@@ -107,7 +107,11 @@ class Kernels(Protocol):
         """out = a @ b with NumPy's batch broadcasting (float16/bfloat16 via float32)."""
 
     def exact_matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
-        """out = a @ b summed in float64 in the order k = 0..K−1, rounded once (exact mode)."""
+        """out = a @ b, each element the exact dot product rounded once (exact mode; float64:
+        the float64 sum in the order k = 0..K−1); a, b arrays or exact_matmul_operands."""
+
+    def exact_matmul_operand(self, x: Any, axis: int) -> Any:
+        """x prepared once as an exact_matmul_arrays operand whose K axis is `axis`."""
 
     def conv_arrays(
         self,
@@ -158,9 +162,21 @@ class Kernels(Protocol):
     # float64 work in one written-out order, rounded once into `out`; the same bits everywhere.
 
     def exact_conv_arrays(
-        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        group: int,
+        weights: Any = None,
     ) -> None:
-        """conv_arrays summed from +0 over (input channel, kernel offset row-major)."""
+        """conv_arrays as the exact matmul of W with im2col's columns (`weights`: W from
+        exact_conv_weights)."""
+
+    def exact_conv_weights(self, w: Any, group: int) -> Any:
+        """W prepared once for exact_conv_arrays."""
 
     def exact_max_pool_arrays(
         self,

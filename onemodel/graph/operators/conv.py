@@ -225,8 +225,9 @@ class Convolution(Operator):
 class ConvOp(Convolution, PreparesConstants):
     """Y = X ⋆ W + B: N-D grouped cross-correlation (depthwise when group = C).
 
-    Exact: the sum of products in exact_conv_arrays' order, rounded once; the bias is then one
-    rounded add.
+    Exact: each element the exact sum of its products (the exact matmul over im2col's columns),
+    rounded once; the bias is then one rounded add. A constant W is prepared once per plan in
+    both modes.
 
     Fast: a constant W is prepared once per plan as the matrix the kernel multiplies; the bias
     is added in place on the output, where a fused activation would follow (see FusedConv)."""
@@ -241,8 +242,10 @@ class ConvOp(Convolution, PreparesConstants):
 
     def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
         w = constants[1]
-        if ctx.exact or w is None or w.size == 0:
+        if w is None or w.size == 0:
             return None
+        if ctx.exact:
+            return ctx.kernels.exact_conv_weights(w, self.group)
         return ctx.kernels.conv_weights(w, self.group)
 
     def run_prepared(
@@ -255,7 +258,7 @@ class ConvOp(Convolution, PreparesConstants):
         placement = self.windows.place(x.shape[2:], w.shape[2:])
         window = (placement.strides, placement.pads_begin, placement.dilations, self.group)
         if ctx.exact:
-            ctx.kernels.exact_conv_arrays(x, w, out, *window)
+            ctx.kernels.exact_conv_arrays(x, w, out, *window, weights=prepared)
         else:
             ctx.kernels.conv_arrays(x, w, out, *window, scratch=ctx.scratch, weights=prepared)
         self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)

@@ -5,7 +5,8 @@ inputs; every later member is element-wise and reads the previous member's resul
 inputs being inputs of the fused node. Intermediate results go straight into the step's output
 array when they have its shape and type, else into run scratch: a chain of N operators then
 needs one slab buffer instead of N and one step of the run loop. Each member computes exactly
-as it would alone, so fusing preserves bits.
+as it would alone, so fusing preserves bits. A first member that prepares its constant inputs
+(a Conv's or MatMul's weight) is prepared once per plan through the fused step.
 
 The operator is built by the pass from already-constructed members, never from an ONNX node,
 so it has no entry in the operator table.
@@ -26,6 +27,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import onnx_code_for_numpy
 
 PREVIOUS = -1  # a member input that is the previous member's result
@@ -47,7 +49,7 @@ class Member:
         ]
 
 
-class Fused(Operator):
+class Fused(PreparesConstants):
     """Members run one after another inside one step; see the module docstring."""
 
     def __init__(self, node: NodeInfo, members: Sequence[Member]) -> None:
@@ -81,7 +83,16 @@ class Fused(Operator):
         self._specs[_signature(ctx.specs)] = tuple(specs)
         return [specs[-1]]
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        """The first member's prepared constants, if it prepares any."""
+        first = self.members[0]
+        if not isinstance(first.operator, PreparesConstants):
+            return None
+        return first.operator.prepare(ctx, first.inputs(constants, None))
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         (out,) = outputs
         specs = self._specs.get(_signature_of_arrays(inputs))
         if specs is None:  # a run whose plan was made by another signature's infer
@@ -96,7 +107,11 @@ class Fused(Operator):
                 target = out
             else:
                 target = ctx.scratch(spec.shape, spec.numpy_dtype)
-            member.operator.run(ctx, member.inputs(inputs, previous), [target])
+            member_inputs = member.inputs(inputs, previous)
+            if index == 0 and prepared is not None:
+                member.operator.run_prepared(ctx, prepared, member_inputs, [target])  # type: ignore[attr-defined]
+            else:
+                member.operator.run(ctx, member_inputs, [target])
             previous = target
         if tail is not None:
             operands = [inputs[i] for i in tail.source.operands]

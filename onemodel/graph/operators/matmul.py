@@ -2,10 +2,11 @@
 with an alpha/beta epilogue).
 
 Both run on the backend's `matmul_arrays`; in exact mode floating products use
-`exact_matmul_arrays` instead, whose float64 sums in the fixed order k = 0..K−1 give the same
-bits on every machine. Gemm's epilogue is separate roundings (alpha·AB, beta·C, then their sum),
-never a fused multiply-add, so exact mode can define it. In fast mode a float16 or bfloat16
-Gemm forms that epilogue in float32 and rounds once, as onnxruntime's CPU kernel does.
+`exact_matmul_arrays` instead, each element the exact dot product rounded once (the same bits on
+every machine; constant operands are prepared for it once per plan). Gemm's epilogue is
+separate roundings (alpha·AB, beta·C, then their sum), never a fused multiply-add, so exact mode
+can define it. In fast mode a float16 or bfloat16 Gemm forms that epilogue in float32 and rounds
+once, as onnxruntime's CPU kernel does.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from onemodel.graph.operators.base import (
     InferContext,
     NodeInfo,
     OpDef,
-    Operator,
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.graph.operators.unary import IEEE_FLOATS, WIDE_INTEGERS
 from onemodel.tensors import DType, numpy_dtype_for_onnx
 
@@ -77,8 +78,9 @@ def as_matrices(a: Array, b: Array) -> tuple[Array, Array]:
     return (a.reshape(1, -1) if a.ndim == 1 else a), (b.reshape(-1, 1) if b.ndim == 1 else b)
 
 
-class MatrixProduct(Operator):
-    """What MatMul and Gemm share: their types, and the choice of the exact or fast kernel."""
+class MatrixProduct(PreparesConstants):
+    """What MatMul and Gemm share: their types, the choice of the exact or fast kernel, and in
+    exact mode the constant operands prepared once per plan (`exact_matmul_operand`)."""
 
     supports_exact = True
 
@@ -93,9 +95,27 @@ class MatrixProduct(Operator):
             )
         return ctx.dtype(indices[0])
 
+    def _operands(self, a: Array | None, b: Array | None) -> tuple[Array | None, Array | None]:
+        """The matrices multiplied for inputs a and b (either may be None)."""
+        raise NotImplementedError
+
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        given = [c for c in constants[:2] if c is not None]
+        if not ctx.exact or not given or given[0].dtype.kind != "f":
+            return None
+        a, b = self._operands(constants[0], constants[1])
+        kernels = ctx.kernels
+        return (
+            None if a is None else kernels.exact_matmul_operand(a, -1),
+            None if b is None else kernels.exact_matmul_operand(b, -2),
+        )
+
     @staticmethod
-    def _multiply(ctx: RunContext, a: Array, b: Array, out: Array) -> None:
+    def _multiply(ctx: RunContext, prepared: Any, a: Array, b: Array, out: Array) -> None:
         if ctx.exact and out.dtype.kind not in "iu":
+            if prepared is not None:
+                a = a if prepared[0] is None else prepared[0]
+                b = b if prepared[1] is None else prepared[1]
             ctx.kernels.exact_matmul_arrays(a, b, out)
         else:
             ctx.kernels.matmul_arrays(a, b, out)
@@ -109,12 +129,20 @@ class MatMulOp(MatrixProduct):
         dtype = self._check_operands(ctx, 0, 1)
         return [ctx.output(dtype, matmul_shape(self.node, ctx.shape(0), ctx.shape(1)))]
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+    def _operands(self, a: Array | None, b: Array | None) -> tuple[Array | None, Array | None]:
+        return (
+            None if a is None else (a.reshape(1, -1) if a.ndim == 1 else a),
+            None if b is None else (b.reshape(-1, 1) if b.ndim == 1 else b),
+        )
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         (out,) = outputs
         a_matrix, b_matrix = as_matrices(inputs[0], inputs[1])
         batch = out.shape[: max(a_matrix.ndim, b_matrix.ndim) - 2]
         product = out.reshape(*batch, a_matrix.shape[-2], b_matrix.shape[-1])
-        self._multiply(ctx, a_matrix, b_matrix, product)
+        self._multiply(ctx, prepared, a_matrix, b_matrix, product)
 
 
 class GemmOp(MatrixProduct):
@@ -167,7 +195,15 @@ class GemmOp(MatrixProduct):
                 self.node.inputs[2],
             )
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+    def _operands(self, a: Array | None, b: Array | None) -> tuple[Array | None, Array | None]:
+        return (
+            a.T if a is not None and self.trans_a else a,
+            b.T if b is not None and self.trans_b else b,
+        )
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         a, b, c = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
         (out,) = outputs
         xp = ctx.xp
@@ -175,14 +211,16 @@ class GemmOp(MatrixProduct):
             # onnxruntime forms a float16 Gemm's whole epilogue in float32 and rounds once
             # (its CPU kernel runs the float32 Gemm between casts): so does fast mode.
             wide = xp.empty(out.shape, dtype=xp.float32)
-            self._epilogue(ctx, a, b, None if c is None else c.astype(xp.float32), wide)
+            self._epilogue(ctx, prepared, a, b, None if c is None else c.astype(xp.float32), wide)
             out[...] = wide
             return
-        self._epilogue(ctx, a, b, c, out)
+        self._epilogue(ctx, prepared, a, b, c, out)
 
-    def _epilogue(self, ctx: RunContext, a: Array, b: Array, c: Array | None, out: Array) -> None:
+    def _epilogue(
+        self, ctx: RunContext, prepared: Any, a: Array, b: Array, c: Array | None, out: Array
+    ) -> None:
         """out = alpha·op(a)·op(b) + beta·c in out's type, each step rounded to it."""
-        self._multiply(ctx, a.T if self.trans_a else a, b.T if self.trans_b else b, out)
+        self._multiply(ctx, prepared, *self._operands(a, b), out)
         xp = ctx.xp
         # Each scale is one float64 product rounded to the output type: exact for float32 and
         # double operands, and no pre-rounding of alpha for float16 (truncation for integers).
