@@ -11,7 +11,6 @@ import math
 from typing import Any, ClassVar
 
 from onemodel.backends import activations as kernels
-from onemodel.backends.activations import float32_kernel
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -43,6 +42,7 @@ class Relu(ElementwiseUnary):
 
     types = SIGNED
     supports_exact = True
+    fast_kernel = (kernels.relu, 0)
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         zero = x.dtype.type(0)
@@ -57,11 +57,15 @@ class Tanh(Ufunc):
 class Sigmoid(Formula):
     """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0."""
 
+    fast_kernel = (kernels.sigmoid, 0)
+
     def formula(self, xp: Any, x: Array) -> Array:
         return 1.0 / (1.0 + xp.exp(-x))
 
 
 class Softsign(Formula):
+    fast_kernel = (kernels.softsign, 1)
+
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.absolute(x))
 
@@ -90,6 +94,10 @@ class WithAlpha(Formula):
 
 class LeakyRelu(WithAlpha):
     default_alpha = 0.01
+    fast_kernel = (kernels.leaky_relu, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (self.alpha,)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x < 0, x * self.alpha, x)
@@ -106,6 +114,10 @@ class Elu(WithAlpha):
     """alpha·(exp(x) - 1) for x < 0 via expm1, which keeps small |x| accurate."""
 
     default_alpha = 1.0
+    fast_kernel = (kernels.exp_linear, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (1.0, self.alpha, 1.0)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x < 0, self.alpha * xp.expm1(x), x)
@@ -115,12 +127,21 @@ class Celu(WithAlpha):
     """max(0, x) + min(0, alpha·(exp(x/alpha) - 1)), as the spec writes it."""
 
     default_alpha = 1.0
+    fast_kernel = (kernels.exp_linear, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (1.0 / self.alpha, self.alpha, 1.0)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.maximum(x, 0.0) + xp.minimum(self.alpha * xp.expm1(x / self.alpha), 0.0)
 
 
 class Selu(Formula):
+    fast_kernel = (kernels.exp_linear, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (1.0, self.gamma * self.alpha, self.gamma)
+
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.alpha = float(node.attr("alpha", 1.67326319217681884765625))
@@ -136,12 +157,19 @@ class HardSigmoid(Formula):
         self.alpha = float(node.attr("alpha", 0.2))
         self.beta = float(node.attr("beta", 0.5))
 
+    fast_kernel = (kernels.hard_sigmoid, 0)
+
+    def fast_parameters(self) -> tuple:
+        return (self.alpha, self.beta)
+
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.clip(x * self.alpha + self.beta, 0.0, 1.0)
 
 
 class HardSwish(Formula):
     """x · HardSigmoid(x) with alpha = 1/6 and beta = 1/2."""
+
+    fast_kernel = (kernels.hard_swish, 1)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return x * xp.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)
@@ -161,15 +189,7 @@ class Gelu(Formula):
         if approximate not in ("none", "tanh"):
             raise node.invalid(f"Gelu needs approximate 'none' or 'tanh', got {approximate!r}")
         self.tanh = approximate == "tanh"
-
-    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
-        x = inputs[0]
-        if ctx.exact or x.dtype.itemsize == 8:
-            super().run(ctx, inputs, outputs)
-        else:
-            kernel, work = (kernels.gelu_tanh, 1) if self.tanh else (kernels.gelu, 4)
-            with quiet():
-                float32_kernel(kernel, work, ctx.xp, x, outputs[0], ctx.scratch)
+        self.fast_kernel = (kernels.gelu_tanh, 1) if self.tanh else (kernels.gelu, 4)
 
     def formula(self, xp: Any, x: Array) -> Array:
         if self.tanh:

@@ -70,14 +70,27 @@ class ElementwiseUnary(Operator):
         dtype = ctx.dtype(0) if self.result_type is None else self.result_type
         return [ctx.output(dtype, ctx.shape(0))]
 
+    # Fast mode on float32 and narrower floats: (kernel of backends/activations.py, work
+    # arrays it takes); `fast_parameters` are its extra arguments.
+    fast_kernel: ClassVar[tuple[Any, int] | None] = None
+
+    def fast_parameters(self) -> tuple:
+        return ()
+
     def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
         # Overflow, log(0), 0/0 and friends have IEEE results that ONNX defines; warnings would
         # only make the backends behave differently.
+        x = inputs[0]
         with quiet():
             if ctx.exact:
-                self.compute_exact(ctx.kernels, inputs[0], outputs[0])
+                self.compute_exact(ctx.kernels, x, outputs[0])
+            elif self.fast_kernel is not None and x.dtype.kind in "fV" and x.dtype.itemsize < 8:
+                kernel, work = self.fast_kernel
+                float32_kernel(
+                    kernel, work, ctx.xp, x, outputs[0], ctx.scratch, *self.fast_parameters()
+                )
             else:
-                self.compute(ctx.xp, inputs[0], outputs[0])
+                self.compute(ctx.xp, x, outputs[0])
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         """Fill `out` from `x`; `out` may be the same array as `x`."""
@@ -264,14 +277,7 @@ class Erf(Formula):
     refused. Exact: exact_erf_arrays (a positive series times the exact exp, in float64)."""
 
     supports_exact = True
-
-    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
-        x = inputs[0]
-        if ctx.exact or x.dtype.itemsize == 8:
-            super().run(ctx, inputs, outputs)
-        else:
-            with quiet():
-                float32_kernel(activations.erf, 3, ctx.xp, x, outputs[0], ctx.scratch)
+    fast_kernel = (activations.erf, 3)
 
     def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
         kernels.exact_erf_arrays(x, out)
