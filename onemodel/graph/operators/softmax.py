@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -61,6 +62,8 @@ class AxisNormalization(Operator):
             self._along_exact(ctx.kernels, x, axis, out)
             return
         xp = ctx.xp
+        if x.dtype == out.dtype == np.float32 and self._into(xp, x, axis, out, ctx.scratch):
+            return
         # float16 steps in float16, as ONNX's own definition and reference do (a tested
         # conformance case tells the two apart by 2 ulps); bfloat16, which NumPy cannot
         # compute in, widens to float32.
@@ -72,6 +75,11 @@ class AxisNormalization(Operator):
     def _along(self, xp: Any, values: Array, axis: int) -> Array:
         """The result along `axis` of a float16, float32 or float64 array (which may be reused)."""
         raise NotImplementedError
+
+    def _into(self, xp: Any, x: Array, axis: int, out: Array, scratch: Any) -> bool:
+        """Fast mode on float32: the result written into `out` (which may share x's memory)
+        with no copy of x; False where this operator has no such path."""
+        return False
 
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         """The exact-mode kernel of an operator with `supports_exact`."""
@@ -89,6 +97,14 @@ class SoftmaxOp(AxisNormalization):
         values /= xp.sum(values, axis=axis, keepdims=True)
         return values
 
+    def _into(self, xp: Any, x: Array, axis: int, out: Array, scratch: Any) -> bool:
+        """Two reductions, a subtraction, an exp and a division: nothing copied."""
+        with quiet():
+            xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+            xp.exp(out, out=out)
+            xp.divide(out, xp.sum(out, axis=axis, keepdims=True), out=out)
+        return True
+
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         kernels.exact_softmax_arrays(x, axis, out)
 
@@ -102,6 +118,14 @@ class LogSoftmaxOp(AxisNormalization):
         values -= xp.max(values, axis=axis, keepdims=True)
         values -= xp.log(xp.sum(xp.exp(values), axis=axis, keepdims=True))
         return values
+
+    def _into(self, xp: Any, x: Array, axis: int, out: Array, scratch: Any) -> bool:
+        """The shifted values into `out`, their exp into one scratch array, two reductions."""
+        with quiet():
+            xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+            exponentials = xp.exp(out, out=scratch(out.shape, out.dtype))
+            xp.subtract(out, xp.log(xp.sum(exponentials, axis=axis, keepdims=True)), out=out)
+        return True
 
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         kernels.exact_log_softmax_arrays(x, axis, out)
