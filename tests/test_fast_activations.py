@@ -4,7 +4,7 @@ operators evaluated in float64, special values included, and blocked against who
 import numpy as np
 import pytest
 
-from onemodel.backends import activations
+from onemodel.backends import activations, blocking
 from tests.operator_harness import run_node
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e30, -1e30, 88.0, -88.0, -104.0]
@@ -67,8 +67,8 @@ def test_blocks_give_the_bits_of_the_whole_array(monkeypatch) -> None:
         return np.empty(shape, dtype)
 
     activations.run_blocked(activations.gelu, np, x, whole, scratch, 4)
-    monkeypatch.setattr(activations, "BLOCKED_ABOVE", 1000)
-    monkeypatch.setattr(activations, "BLOCK", 777)  # blocks that do not divide the size
+    monkeypatch.setattr(blocking, "BLOCKED_ABOVE", 1000)
+    monkeypatch.setattr(blocking, "BLOCK", 777)  # blocks that do not divide the size
     blocked = np.empty_like(x)
     activations.run_blocked(activations.gelu, np, x, blocked, scratch, 4)
     np.testing.assert_array_equal(blocked, whole)

@@ -5,10 +5,7 @@ float64, no `where`: a data-dependent select costs more in NumPy than several ar
 passes). The code is shared by NumPy and CuPy (only functions both have). `out` may be the
 input's memory: every kernel reads `x` before it first writes `out`, or keeps what it needs.
 
-Arrays above `BLOCKED_ABOVE` elements are processed `BLOCK` elements at a time, so the work
-arrays of one block stay in the processor's cache between passes: for a 4M-element tensor the
-passes are otherwise bound by memory bandwidth (measured 2x slower for Erf); below, the cost
-of more ufunc calls outweighs that.
+Large arrays are processed a block at a time (onemodel/backends/blocking.py).
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-BLOCK = 1 << 16
-BLOCKED_ABOVE = 1 << 20
+from onemodel.backends import blocking
 
 # erf(x) = x·P(x²)/Q(x²) for |x| ≤ ERF_LIMIT, ±1 beyond (where float32's erf is ±1.0): P of
 # degree 6 and a monic Q of degree 4 in x², fitted here (tools/fit_fast_erf.py) by
@@ -55,15 +51,16 @@ def run_blocked(
     *parameters: Any,
 ) -> None:
     """kernel(xp, x, out, work, *parameters) on the whole arrays or, when they are large and
-    C-contiguous, on matching flat blocks of at most BLOCK elements, with `work_count` float32
-    work arrays of x's (or a block's) shape from `scratch` (one request)."""
-    if x.size <= BLOCKED_ABOVE or not (x.flags.c_contiguous and out.flags.c_contiguous):
+    C-contiguous, on matching flat blocks of blocking.BLOCK elements, with `work_count`
+    float32 work arrays of x's (or a block's) shape from `scratch` (one request)."""
+    if x.size <= blocking.BLOCKED_ABOVE or not (x.flags.c_contiguous and out.flags.c_contiguous):
         kernel(xp, x, out, list(scratch((work_count, *x.shape), xp.float32)), *parameters)
         return
-    pool = scratch((work_count, BLOCK), xp.float32)
+    block = blocking.BLOCK
+    pool = scratch((work_count, block), xp.float32)
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
-    for start in range(0, x.size, BLOCK):
-        x_block = flat_x[start : start + BLOCK]
+    for start in range(0, x.size, block):
+        x_block = flat_x[start : start + block]
         n = x_block.size
         kernel(xp, x_block, flat_out[start : start + n], [w[:n] for w in pool], *parameters)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.blocking import row_blocks
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -175,10 +176,26 @@ class Standardization(Operator):
         return values, mean, inv_std
 
     @staticmethod
-    def _standardize_rows(ctx: RunContext, x: Array, epsilon: float, out: Array) -> None:
+    def _standardize_rows(
+        ctx: RunContext,
+        x: Array,
+        epsilon: float,
+        out: Array,
+        scale: Array | None = None,
+        bias: Array | None = None,
+    ) -> None:
         """Fast mode on float32: each row of the 2-D `x` standardized, (x − mean) / √(var + ε),
-        straight into `out` (which may share x's memory): a sum, a broadcast subtraction, a
-        row-wise dot product for the variance and a broadcast multiplication, no copy of x."""
+        straight into `out` (which may share x's memory), then times `scale` plus `bias` (one
+        value per column) when given, a block of rows at a time (onemodel/backends/blocking.py)."""
+        for rows in row_blocks(*x.shape):
+            Standardization._standardize_block(ctx, x[rows], epsilon, out[rows])
+            if scale is not None:
+                Standardization._affine_into(ctx.xp, scale, bias, out[rows])
+
+    @staticmethod
+    def _standardize_block(ctx: RunContext, x: Array, epsilon: float, out: Array) -> None:
+        """A sum, a broadcast subtraction, a row-wise dot product for the variance and a
+        broadcast multiplication, no copy of x."""
         xp = ctx.xp
         f = x.dtype.type
         inverse_count = f(1.0 / x.shape[1])
@@ -269,10 +286,9 @@ class LayerNormalizationOp(Standardization):
             and (bias is None or bias.size == normalized)
         ):
             rows = (-1, normalized)
-            self._standardize_rows(ctx, x.reshape(rows), self.epsilon, outputs[0].reshape(rows))
-            self._affine_into(
-                xp, scale.reshape(-1), None if bias is None else bias.reshape(-1),
-                outputs[0].reshape(rows),
+            self._standardize_rows(
+                ctx, x.reshape(rows), self.epsilon, outputs[0].reshape(rows),
+                scale.reshape(-1), None if bias is None else bias.reshape(-1),
             )  # fmt: skip
             return
         values, mean, inv_std = self._standardize(
