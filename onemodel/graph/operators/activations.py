@@ -288,13 +288,28 @@ class Clip(Operator):
         else:
             bounds = [*inputs[1:3], None, None][:2]
             low, high = (None if bound is None else bound.reshape(()) for bound in bounds)
+        if low is None and high is None:
+            xp.copyto(out, x)
+            return
+        # One clip with both bounds (a missing one is the type's extreme): NumPy's clip with
+        # two scalar bounds is one vectorised pass, maximum/minimum against a scalar a slow loop.
+        extreme = xp.finfo(x.dtype) if x.dtype.kind == "f" else xp.iinfo(x.dtype)
+        low = (
+            x.dtype.type(-math.inf if x.dtype.kind == "f" else extreme.min) if low is None else low
+        )
+        high = (
+            x.dtype.type(math.inf if x.dtype.kind == "f" else extreme.max) if high is None else high
+        )
         with quiet():
-            if low is None:
-                xp.copyto(out, x)
-            else:
-                xp.maximum(x, low, out=out)
-            if high is not None:
-                xp.minimum(out, high, out=out)
+            xp.clip(x, low, high, out=out)
+
+
+def _extremes(xp: Any, dtype: Any) -> tuple[Any, Any]:
+    """The bounds that do not clip: the integers' extremes, else the infinities."""
+    if dtype.kind in "iu":
+        info = xp.iinfo(dtype)
+        return dtype.type(info.min), dtype.type(info.max)
+    return dtype.type(-math.inf), dtype.type(math.inf)
 
 
 DEFS: tuple[OpDef, ...] = (
