@@ -20,7 +20,7 @@ def _values(dtype: str) -> np.ndarray:
         edges = np.array([info.min, info.max, 0, 1, info.max - 1], dtype)
         return np.concatenate([edges, rng.integers(info.min, info.max, 500, dtype, True)])
     wide = rng.standard_normal(500) * 10.0 ** rng.integers(-8, 8, 500)
-    return wide.astype(dtype)
+    return np.concatenate([wide, [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0]]).astype(dtype)
 
 
 def _same(ours: np.ndarray, reference: np.ndarray) -> None:
@@ -73,3 +73,35 @@ def test_narrow_formats_are_left_to_the_reference_rules() -> None:
     for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn):
         assert not fast_cast(np, x, np.empty(3, dtype))
         assert not fast_cast(np, x.astype(dtype), np.empty(3, np.float32))
+
+
+@pytest.mark.parametrize("target", ["float32", "float64", "bool", "int32"])
+def test_every_float16_converts_as_the_reference_rules(target: str) -> None:
+    every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    if target == "int32":
+        every = every[np.isfinite(every)]
+    out = np.empty(every.shape, target)
+    assert fast_cast(np, every, out)
+    reference = cast(every, DType.FLOAT16, D_TYPES[np.dtype(target)])
+    _same(out, reference)
+    if out.dtype.kind == "f":  # the same signs of zeros and NaNs
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(reference))
+
+
+def test_float32_to_float16_rounds_as_the_reference_rules_over_bit_patterns() -> None:
+    rng = np.random.default_rng(7)
+    edges = [  # float16's subnormal, normal and overflow thresholds, densely
+        np.arange(0x33000000, 0x33800000, 97, dtype=np.uint32),
+        np.arange(0x387F0000, 0x38810000, dtype=np.uint32),
+        np.arange(0x477FE000, 0x47800100, dtype=np.uint32),
+    ]
+    bits = np.concatenate(
+        [rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32), *edges]
+    )
+    x = np.concatenate([bits, bits | 0x80000000]).view(np.float32)
+    out = np.empty(x.shape, np.float16)
+    assert fast_cast(np, x, out)
+    reference = cast(x, DType.FLOAT, DType.FLOAT16)
+    nan = np.isnan(reference)
+    np.testing.assert_array_equal(np.isnan(out), nan)
+    np.testing.assert_array_equal(out.view(np.uint16)[~nan], reference.view(np.uint16)[~nan])

@@ -44,22 +44,53 @@ def _fast_cast(xp: Any, x: Any, out: Any) -> bool:
     if source not in _PLAIN or target not in _PLAIN:
         return False
     if target.kind == "b":
-        xp.not_equal(x, source.type(0), out=out)  # NaN is true, -0.0 false
+        if source == np.float16 and xp is np:  # NumPy compares float16 in a scalar loop
+            magnitude = np.bitwise_and(x.view(np.uint16), np.uint16(0x7FFF))
+            np.not_equal(magnitude, np.uint16(0), out=out)
+        else:
+            xp.not_equal(x, source.type(0), out=out)  # NaN is true, -0.0 false
         return True
     if source.kind == "f" and target.kind in "iu":
         return _float_to_integer(xp, x, out)
     if source == np.float64 and target == np.float16:
         x = x.astype(xp.float32)  # the spec's double rounding, through float32
+    if source == np.float32 and target == np.float16 and xp is np:
+        _float32_to_float16(x, out)
+        return True
+    if source == np.float16 and xp is np and target.kind == "f":
+        if target == np.float32:
+            _float16_to_float32(x, out)
+        else:
+            xp.copyto(out, _float16_to_float32(x, np.empty(x.shape, np.float32)))
+        return True
     xp.copyto(out, x, casting="unsafe")
     return True
+
+
+def _float16_to_float32(x: Any, out: Any) -> Any:
+    """float16 to float32 by bit operations, 4 passes (NumPy's own conversion is a scalar loop,
+    measured 5x slower): the sign and the 15 other bits shifted into float32's layout make
+    float32 value · 2^-112 exactly (subnormals included, as float32 normals or subnormals), so a
+    multiplication by 2^112 is exact; infinities and NaNs, whose exponent field is all ones,
+    then need that field set too (checked for first: they are rare)."""
+    bits = out.view(np.uint32)
+    np.left_shift(x.view(np.uint16), np.uint32(16), out=bits, dtype=np.uint32)
+    np.right_shift(bits.view(np.int32), 3, out=bits.view(np.int32))  # the sign fills 3 bits
+    np.bitwise_and(bits, np.uint32(0x8FFFFFFF), out=bits)  # which are cleared again
+    np.multiply(out, np.float32(2.0**112), out=out)
+    magnitude = np.bitwise_and(x.view(np.uint16), np.uint16(0x7FFF))
+    if x.size and magnitude.max() >= 0x7C00:
+        special = magnitude >= 0x7C00
+        np.bitwise_or(bits, np.uint32(0x7F800000), out=bits, where=special)
+    return out
 
 
 def _float_to_integer(xp: Any, x: Any, out: Any) -> bool:
     """Truncation toward zero, where every value provably truncates into the target's range."""
     if xp is not np:
         return False
-    if x.dtype == np.float16:
-        x = x.astype(np.float32)  # NumPy's float16 reductions and casts are slow
+    if x.dtype == np.float16:  # NumPy's float16 reductions and casts are slow
+        x = _float16_to_float32(x, np.empty(x.shape, np.float32))
     if x.size:
         info = np.iinfo(out.dtype)
         low, high = x.min(), x.max()  # a NaN makes both comparisons false
@@ -67,3 +98,29 @@ def _float_to_integer(xp: Any, x: Any, out: Any) -> bool:
             return False
     np.copyto(out, x, casting="unsafe")
     return True
+
+
+def _float32_to_float16(x: Any, out: Any) -> None:
+    """float32 to float16, rounding to nearest even, by float and bit operations (NumPy's own
+    conversion is a scalar loop, measured 3x slower). |x|, clamped to 2^16 (NaN kept), plus
+    c = 2^(e+13) for its exponent e (at least 1/2, the float16 subnormals' scale) rounds at
+    float16's last place, as IEEE addition does; minus c is then exact. Times 2^-112 that
+    value's float32 bits shifted right by 13 are the float16 bits (2^16 lands on infinity's).
+    """
+    magnitude = np.absolute(x)
+    bits = magnitude.view(np.uint32)
+    np.clip(magnitude, np.float32(0), np.float32(2.0**16), out=magnitude)
+    scale = np.bitwise_and(bits, np.uint32(0x7F800000))
+    np.add(scale, np.uint32(13 << 23), out=scale)
+    scale = scale.view(np.float32)
+    np.clip(scale, np.float32(0.5), np.float32(2.0**30), out=scale)
+    np.add(magnitude, scale, out=magnitude)
+    np.subtract(magnitude, scale, out=magnitude)
+    np.multiply(magnitude, np.float32(2.0**-112), out=magnitude)
+    np.right_shift(bits, np.uint32(13), out=bits)
+    np.bitwise_and(bits, np.uint32(0x7FFF), out=bits)  # NaN's bits beyond float16's
+    half = out.view(np.uint16)
+    np.copyto(half, bits, casting="unsafe")
+    sign = np.right_shift(x.view(np.uint32), np.uint32(16), out=scale.view(np.uint32))
+    np.bitwise_and(sign, np.uint32(0x8000), out=sign)
+    np.bitwise_or(half, sign, out=half, casting="unsafe")
