@@ -618,7 +618,10 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path | None:
     ]
     if report["notes"].get("missing"):
         text[-1:-1] = [f"- Left out: {report['notes']['missing']}."]
-    path.write_text("\n".join(text))
+    from onemodel.bench_ops import existing_section
+
+    operators = existing_section(path)  # `onemodel bench ops` owns its own section
+    path.write_text("\n".join(text) + ("\n" + operators if operators else ""))
     return chart
 
 

@@ -37,7 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", help="kernel path by name (default: the best available)")
     demo.add_argument("--batch", type=int, default=8)
     bench = commands.add_parser(
-        "bench", help="onemodel against onnxruntime and the onnx reference evaluator"
+        "bench",
+        help="onemodel against onnxruntime and the onnx reference evaluator "
+        "('bench ops': one node per operator, see onemodel/bench_ops.py)",
     )
     from onemodel.bench import add_arguments
 
@@ -46,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["bench", "ops"]:
+        return _bench_ops(argv[2:])
     args = _parser().parse_args(argv)
     from onemodel import demo, runner
 
@@ -83,6 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report))
     if args.command == "demo":
         return 0 if report["max_abs_error_vs_numpy"] < 1e-4 else 1
+    return 0
+
+
+def _bench_ops(argv: list[str]) -> int:
+    """`onemodel bench ops`: the operator table (onemodel/bench_ops.py)."""
+    from onemodel import bench_ops
+
+    args = bench_ops.parser().parse_args(argv)
+    try:
+        bench_ops.main_bench_ops(args)
+    except (ValueError, OSError, RuntimeError) as error:
+        print(f"onemodel: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -170,3 +170,54 @@ def test_the_carried_state_changes_the_next_result(tmp_path):
     second, _ = session.run(None, {**feeds, "state": state})
     assert state.shape == (2, 1, 64) and np.abs(state).max() > 0
     assert not np.array_equal(first, second)
+
+
+def test_bench_ops_runs_cases_and_writes_its_own_section(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    out, page = tmp_path / "ops.json", tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nThe model table.\n")
+    argv = ["bench", "ops", "--filter", "^(Relu|Cast bool->float32)$", "--sizes", "small"]
+    argv += ["--budget", "0", "--in-process", "--json", str(out), "--markdown", str(page)]
+    for _ in range(2):  # the second run replaces the section, it does not add one
+        assert cli.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["tool"] == "onemodel bench ops" and "environment" in report
+    assert [(r["case"], r["size"]) for r in report["results"]] == [
+        ("Relu", "small"),
+        ("Cast bool->float32", "small"),
+    ]
+    for row in report["results"]:
+        assert row["onemodel"]["iterations"] == row["onnxruntime"]["iterations"] >= 3
+        assert row["ratio"] > 0 and row["max_abs_diff"] == 0
+    assert report["summary"]["small"]["cases"] == 2
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nThe model table.")
+    assert text.count("## Operators (`onemodel bench ops`)") == 1
+    assert "| Relu | small | 4x256 |" in text and "bench ops --sizes small" in text
+    assert "Cast bool->float32" in capsys.readouterr().out
+
+
+def test_bench_all_keeps_the_operator_section(tmp_path):
+    from onemodel import bench_ops
+
+    page = tmp_path / "bench.md"
+    page.write_text(bench_ops.SECTION_START + "\nops table\n" + bench_ops.SECTION_END + "\n")
+    _bench(tmp_path, "--in-process", "--vs", "onnxruntime")
+    text = page.read_text()
+    assert text.startswith("# Benchmarks") and "| mlp | 1 |" in text
+    assert text.endswith(bench_ops.SECTION_START + "\nops table\n" + bench_ops.SECTION_END + "\n")
+
+
+def test_bench_ops_cases_cover_sizes_casts_and_layers():
+    from onemodel import bench_ops
+
+    cases = bench_ops.all_cases()
+    for size, elements in (("small", 1024), ("medium", 256 * 1024), ("large", 4 * 2**20)):
+        sized = [c for c in cases if c.size == size and c.name in ("Relu", "MaxPool 3x3/2")]
+        assert [int(np.prod(c.inputs[0].shape)) for c in sized] == [elements, elements]
+    casts = {c.name for c in cases if c.op == "Cast" and c.size == "medium"}
+    assert len(casts) == 30
+    layers = [c.name for c in cases if c.size == "layer"]
+    for kind in ("Conv dw", "Conv grouped", "Conv dilated", "ConvTranspose", "Gemm", "LSTM"):
+        assert any(name.startswith(kind) for name in layers), kind
+    assert any("b8" in name for name in layers) and any("bidirectional" in name for name in layers)

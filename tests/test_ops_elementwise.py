@@ -203,8 +203,11 @@ def test_gelu_is_accurate_and_matches_onnxruntime_where_it_is() -> None:
     np.testing.assert_allclose(ours, oracle, rtol=1e-12, atol=0)
     x32 = x.astype(np.float32)
     (ours32,) = run_node("Gelu", [x32], opset=20)
-    # onnxruntime's float32 erf loses relative accuracy in the tail, where 1 + erf cancels.
-    np.testing.assert_allclose(ours32, ort_run("Gelu", [x32], opset=20), rtol=1e-5, atol=1e-7)
+    # Both evaluate x·(1 + erf(x/√2))/2 in float32, which loses relative accuracy in the tail
+    # where 1 + erf cancels: they agree within the erfs' absolute errors times |x|/2 (ours is
+    # within 4·2⁻²⁴·|x|, tests/test_fast_erf.py).
+    gap = np.abs(ours32.astype(np.float64) - ort_run("Gelu", [x32], opset=20))
+    assert np.all(gap <= 1e-5 * np.abs(ours32) + 5 * 2.0**-24 * np.abs(x))
     tanh = {"approximate": "tanh"}
     (ours32,) = run_node("Gelu", [x32], tanh, opset=20)
     wide = x32.astype(np.float64)
@@ -226,7 +229,7 @@ def test_clip_matches_onnxruntime(dtype: Any) -> None:
 # --- erf -----------------------------------------------------------------------------------------
 
 
-def test_erf_is_accurate_in_float64_and_correctly_rounded_to_float32() -> None:
+def test_erf_is_accurate_in_float64_and_within_6_ulps_in_float32() -> None:
     x = np.concatenate(
         [
             np.linspace(-7, 7, 20001),
@@ -241,7 +244,9 @@ def test_erf_is_accurate_in_float64_and_correctly_rounded_to_float32() -> None:
     x32 = x.astype(np.float32)
     (ours32,) = run_node("Erf", [x32], opset=13)
     oracle32 = np.array([math.erf(v) for v in x32.astype(np.float64)])
-    assert np.max(np.abs(ours32 - oracle32) / np.maximum(np.abs(oracle32), 1e-38)) < 1e-7
+    # fast mode's float32 erf: a fitted rational within 6 float32 ulps (tests/test_fast_erf.py)
+    ulps = np.abs(ours32 - oracle32) / np.spacing(np.abs(oracle32).astype(np.float32))
+    assert np.max(ulps) <= 6
 
 
 def test_erfc_keeps_its_relative_accuracy_in_the_tail() -> None:

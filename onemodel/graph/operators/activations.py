@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from onemodel.backends import activations as kernels
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -30,8 +31,6 @@ from onemodel.graph.operators.unary import (
     Formula,
     Ufunc,
     erfc,
-    float32_gelu,
-    widened,
 )
 from onemodel.tensors.shapes import element_count
 
@@ -43,6 +42,7 @@ class Relu(ElementwiseUnary):
 
     types = SIGNED
     supports_exact = True
+    fast_kernel = (kernels.relu, 0)
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         zero = x.dtype.type(0)
@@ -57,11 +57,15 @@ class Tanh(Ufunc):
 class Sigmoid(Formula):
     """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0."""
 
+    fast_kernel = (kernels.sigmoid, 0)
+
     def formula(self, xp: Any, x: Array) -> Array:
         return 1.0 / (1.0 + xp.exp(-x))
 
 
 class Softsign(Formula):
+    fast_kernel = (kernels.softsign, 1)
+
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.absolute(x))
 
@@ -90,6 +94,10 @@ class WithAlpha(Formula):
 
 class LeakyRelu(WithAlpha):
     default_alpha = 0.01
+    fast_kernel = (kernels.leaky_relu, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (self.alpha,)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x < 0, x * self.alpha, x)
@@ -106,6 +114,10 @@ class Elu(WithAlpha):
     """alpha·(exp(x) - 1) for x < 0 via expm1, which keeps small |x| accurate."""
 
     default_alpha = 1.0
+    fast_kernel = (kernels.exp_linear, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (1.0, self.alpha, 1.0)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x < 0, self.alpha * xp.expm1(x), x)
@@ -115,12 +127,21 @@ class Celu(WithAlpha):
     """max(0, x) + min(0, alpha·(exp(x/alpha) - 1)), as the spec writes it."""
 
     default_alpha = 1.0
+    fast_kernel = (kernels.exp_linear, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (1.0 / self.alpha, self.alpha, 1.0)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.maximum(x, 0.0) + xp.minimum(self.alpha * xp.expm1(x / self.alpha), 0.0)
 
 
 class Selu(Formula):
+    fast_kernel = (kernels.exp_linear, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (1.0, self.gamma * self.alpha, self.gamma)
+
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.alpha = float(node.attr("alpha", 1.67326319217681884765625))
@@ -136,12 +157,19 @@ class HardSigmoid(Formula):
         self.alpha = float(node.attr("alpha", 0.2))
         self.beta = float(node.attr("beta", 0.5))
 
+    fast_kernel = (kernels.hard_sigmoid, 0)
+
+    def fast_parameters(self) -> tuple:
+        return (self.alpha, self.beta)
+
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.clip(x * self.alpha + self.beta, 0.0, 1.0)
 
 
 class HardSwish(Formula):
     """x · HardSigmoid(x) with alpha = 1/6 and beta = 1/2."""
+
+    fast_kernel = (kernels.hard_swish, 1)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return x * xp.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)
@@ -150,7 +178,8 @@ class HardSwish(Formula):
 class Gelu(Formula):
     """approximate="none": x/2·(1 + erf(x/√2)), evaluated in float64 as x/2·erfc(-x/√2), which
     keeps its relative accuracy for very negative x where 1 + erf cancels (narrower floats in
-    fast mode: `float32_gelu`, within a float32 ulp at a tenth of the cost); "tanh": the tanh
+    fast mode: `backends.activations.gelu`, x·(1/2 + erf(x/√2)/2) with the rational erf, as
+    onnxruntime evaluates it); "tanh": the tanh
     approximation x/2·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x / (1 + exp(-2u)),
     which is the same function without that cancellation."""
 
@@ -160,13 +189,7 @@ class Gelu(Formula):
         if approximate not in ("none", "tanh"):
             raise node.invalid(f"Gelu needs approximate 'none' or 'tanh', got {approximate!r}")
         self.tanh = approximate == "tanh"
-
-    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
-        x = inputs[0]
-        if self.tanh or ctx.exact or x.dtype.itemsize == 8:
-            super().run(ctx, inputs, outputs)
-        else:
-            float32_gelu(ctx, widened(ctx.xp, x), outputs[0])
+        self.fast_kernel = (kernels.gelu_tanh, 1) if self.tanh else (kernels.gelu, 4)
 
     def formula(self, xp: Any, x: Array) -> Array:
         if self.tanh:
@@ -265,13 +288,28 @@ class Clip(Operator):
         else:
             bounds = [*inputs[1:3], None, None][:2]
             low, high = (None if bound is None else bound.reshape(()) for bound in bounds)
+        if low is None and high is None:
+            xp.copyto(out, x)
+            return
+        # One clip with both bounds (a missing one is the type's extreme): NumPy's clip with
+        # two scalar bounds is one vectorised pass, maximum/minimum against a scalar a slow loop.
+        extreme = xp.finfo(x.dtype) if x.dtype.kind == "f" else xp.iinfo(x.dtype)
+        low = (
+            x.dtype.type(-math.inf if x.dtype.kind == "f" else extreme.min) if low is None else low
+        )
+        high = (
+            x.dtype.type(math.inf if x.dtype.kind == "f" else extreme.max) if high is None else high
+        )
         with quiet():
-            if low is None:
-                xp.copyto(out, x)
-            else:
-                xp.maximum(x, low, out=out)
-            if high is not None:
-                xp.minimum(out, high, out=out)
+            xp.clip(x, low, high, out=out)
+
+
+def _extremes(xp: Any, dtype: Any) -> tuple[Any, Any]:
+    """The bounds that do not clip: the integers' extremes, else the infinities."""
+    if dtype.kind in "iu":
+        info = xp.iinfo(dtype)
+        return dtype.type(info.min), dtype.type(info.max)
+    return dtype.type(-math.inf), dtype.type(math.inf)
 
 
 DEFS: tuple[OpDef, ...] = (

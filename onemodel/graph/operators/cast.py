@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.casts import fast_cast
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -47,7 +48,8 @@ class Conversion(Operator):
     """Converts input 0 to the output's element type, fixed by `target` (Cast) or by input 1
     (CastLike). `saturate` (opset 19) and `round_mode` (opset 24) only concern float8 targets.
 
-    Exact: the conversions are bit-exact formulas, the same on every device."""
+    Fast: `fast_cast`, one conversion pass where it gives the reference answer. Exact: the
+    conversions are bit-exact formulas, the same on every device."""
 
     supports_exact = True
 
@@ -67,6 +69,8 @@ class Conversion(Operator):
 
     def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
         xp, x, out = ctx.xp, inputs[0], outputs[0]
+        if not ctx.exact and fast_cast(xp, x, out):
+            return
         source, target = onnx_code_for_numpy(x.dtype), onnx_code_for_numpy(out.dtype)
         with np.errstate(all="ignore"):  # overflow to inf and NaN to integers are defined here
             xp.copyto(out, self._convert(xp, x, source, target))

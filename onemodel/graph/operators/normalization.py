@@ -8,11 +8,14 @@ most of a variance's digits, and NumPy has no fast loops for them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from onemodel.backends.blocking import row_blocks
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -173,6 +176,49 @@ class Standardization(Operator):
         return values, mean, inv_std
 
     @staticmethod
+    def _standardize_rows(
+        ctx: RunContext,
+        x: Array,
+        epsilon: float,
+        out: Array,
+        scale: Array | None = None,
+        bias: Array | None = None,
+    ) -> None:
+        """Fast mode on float32: each row of the 2-D `x` standardized, (x − mean) / √(var + ε),
+        straight into `out` (which may share x's memory), then times `scale` plus `bias` (one
+        value per column) when given, a block of rows at a time (onemodel/backends/blocking.py)."""
+        for rows in row_blocks(*x.shape):
+            Standardization._standardize_block(ctx, x[rows], epsilon, out[rows])
+            if scale is not None:
+                Standardization._affine_into(ctx.xp, scale, bias, out[rows])
+
+    @staticmethod
+    def _standardize_block(ctx: RunContext, x: Array, epsilon: float, out: Array) -> None:
+        """A sum, a broadcast subtraction, a row-wise dot product for the variance and a
+        broadcast multiplication, no copy of x."""
+        xp = ctx.xp
+        f = x.dtype.type
+        inverse_count = f(1.0 / x.shape[1])
+        with quiet():
+            mean = xp.sum(x, axis=1, keepdims=True)
+            xp.multiply(mean, inverse_count, out=mean)
+            xp.subtract(x, mean, out=out)
+            inv_std = xp.einsum("ij,ij->i", out, out).reshape(-1, 1)
+            xp.multiply(inv_std, inverse_count, out=inv_std)
+            xp.add(inv_std, f(epsilon), out=inv_std)
+            xp.sqrt(inv_std, out=inv_std)
+            xp.reciprocal(inv_std, out=inv_std)
+            xp.multiply(out, inv_std, out=out)
+
+    @staticmethod
+    def _affine_into(xp: Any, scale: Array, bias: Array | None, out: Array) -> None:
+        """out = out · scale + bias in place (scale and bias shaped to broadcast)."""
+        with quiet():
+            xp.multiply(out, scale, out=out)
+            if bias is not None:
+                xp.add(out, bias, out=out)
+
+    @staticmethod
     def _affine(xp: Any, values: Array, scale: Array, bias: Array | None, out: Array) -> None:
         """out = values · scale + bias (already shaped to broadcast), rounded once."""
         with np.errstate(all="ignore"):
@@ -230,6 +276,21 @@ class LayerNormalizationOp(Standardization):
             return
         stash = numpy_dtype_for_onnx(self.stash_type)
         compute = _compute_dtype(xp, x.dtype, stash)
+        normalized = math.prod(x.shape[axis:])
+        if (
+            len(outputs) == 1
+            and outputs[0].flags.c_contiguous
+            and x.dtype == compute == outputs[0].dtype == scale.dtype == np.float32
+            and x.size
+            and scale.size == normalized
+            and (bias is None or bias.size == normalized)
+        ):
+            rows = (-1, normalized)
+            self._standardize_rows(
+                ctx, x.reshape(rows), self.epsilon, outputs[0].reshape(rows),
+                scale.reshape(-1), None if bias is None else bias.reshape(-1),
+            )  # fmt: skip
+            return
         values, mean, inv_std = self._standardize(
             xp, x, tuple(range(axis, x.ndim)), self.epsilon, compute
         )
@@ -269,8 +330,19 @@ class InstanceNormalizationOp(Standardization):
         x, scale, bias = inputs[:3]
         xp = ctx.xp
         compute = _compute_dtype(xp, x.dtype)
-        values, _, _ = self._standardize(xp, x, tuple(range(2, x.ndim)), self.epsilon, compute)
         shape = (-1, *(1,) * (x.ndim - 2))
+        fast = x.dtype == compute == outputs[0].dtype == scale.dtype == bias.dtype == np.float32
+        if fast and outputs[0].flags.c_contiguous:
+            if x.size:
+                rows = (x.shape[0] * x.shape[1], -1)
+                out = outputs[0].reshape(rows)
+                self._standardize_rows(ctx, x.reshape(rows), self.epsilon, out)
+                by_channel = (x.shape[0], x.shape[1], -1)
+                self._affine_into(
+                    xp, scale.reshape(-1, 1), bias.reshape(-1, 1), out.reshape(by_channel)
+                )
+            return
+        values, _, _ = self._standardize(xp, x, tuple(range(2, x.ndim)), self.epsilon, compute)
         self._affine(
             xp, values, scale.astype(compute).reshape(shape),
             bias.astype(compute).reshape(shape), outputs[0],

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.blocking import row_blocks
+from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -61,6 +63,8 @@ class AxisNormalization(Operator):
             self._along_exact(ctx.kernels, x, axis, out)
             return
         xp = ctx.xp
+        if x.dtype == out.dtype == np.float32 and self._into(xp, x, axis, out, ctx.scratch):
+            return
         # float16 steps in float16, as ONNX's own definition and reference do (a tested
         # conformance case tells the two apart by 2 ulps); bfloat16, which NumPy cannot
         # compute in, widens to float32.
@@ -71,6 +75,31 @@ class AxisNormalization(Operator):
 
     def _along(self, xp: Any, values: Array, axis: int) -> Array:
         """The result along `axis` of a float16, float32 or float64 array (which may be reused)."""
+        raise NotImplementedError
+
+    def _into(self, xp: Any, x: Array, axis: int, out: Array, scratch: Any) -> bool:
+        """Fast mode on float32: the result written into `out` (which may share x's memory)
+        with no copy of x, a block of whole rows at a time when the axis is the last one;
+        False where this operator has no such path."""
+        if not self.has_fast_rows:
+            return False
+        if axis != x.ndim - 1 or not (x.flags.c_contiguous and out.flags.c_contiguous):
+            with quiet():
+                self._rows(xp, x, axis, out, scratch(x.shape, x.dtype))
+            return True
+        length = x.shape[-1]
+        x, out = x.reshape(-1, length), out.reshape(-1, length)
+        blocks = list(row_blocks(x.shape[0], length))
+        work = scratch((blocks[0].stop, length), x.dtype)
+        with quiet():
+            for rows in blocks:
+                self._rows(xp, x[rows], 1, out[rows], work[: rows.stop - rows.start])
+        return True
+
+    has_fast_rows = False
+
+    def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
+        """The fast float32 result along `axis` into `out`, with one work array like x."""
         raise NotImplementedError
 
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
@@ -89,6 +118,14 @@ class SoftmaxOp(AxisNormalization):
         values /= xp.sum(values, axis=axis, keepdims=True)
         return values
 
+    has_fast_rows = True
+
+    def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
+        """Two reductions, a subtraction, an exp and a division: nothing copied."""
+        xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+        xp.exp(out, out=out)
+        xp.divide(out, xp.sum(out, axis=axis, keepdims=True), out=out)
+
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         kernels.exact_softmax_arrays(x, axis, out)
 
@@ -102,6 +139,14 @@ class LogSoftmaxOp(AxisNormalization):
         values -= xp.max(values, axis=axis, keepdims=True)
         values -= xp.log(xp.sum(xp.exp(values), axis=axis, keepdims=True))
         return values
+
+    has_fast_rows = True
+
+    def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
+        """The shifted values into `out`, their exp into the work array, two reductions."""
+        xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+        xp.exp(out, out=work)
+        xp.subtract(out, xp.log(xp.sum(work, axis=axis, keepdims=True)), out=out)
 
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         kernels.exact_log_softmax_arrays(x, axis, out)

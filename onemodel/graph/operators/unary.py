@@ -11,11 +11,12 @@ The element type sets here are shared by the other element-wise families.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 from onnx import TensorProto
 
+from onemodel.backends import activations
+from onemodel.backends.activations import float32_kernel
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -69,14 +70,27 @@ class ElementwiseUnary(Operator):
         dtype = ctx.dtype(0) if self.result_type is None else self.result_type
         return [ctx.output(dtype, ctx.shape(0))]
 
+    # Fast mode on float32 and narrower floats: (kernel of backends/activations.py, work
+    # arrays it takes); `fast_parameters` are its extra arguments.
+    fast_kernel: ClassVar[tuple[Any, int] | None] = None
+
+    def fast_parameters(self) -> tuple:
+        return ()
+
     def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
         # Overflow, log(0), 0/0 and friends have IEEE results that ONNX defines; warnings would
         # only make the backends behave differently.
+        x = inputs[0]
         with quiet():
             if ctx.exact:
-                self.compute_exact(ctx.kernels, inputs[0], outputs[0])
+                self.compute_exact(ctx.kernels, x, outputs[0])
+            elif self.fast_kernel is not None and x.dtype.kind in "fV" and x.dtype.itemsize < 8:
+                kernel, work = self.fast_kernel
+                float32_kernel(
+                    kernel, work, ctx.xp, x, outputs[0], ctx.scratch, *self.fast_parameters()
+                )
             else:
-                self.compute(ctx.xp, inputs[0], outputs[0])
+                self.compute(ctx.xp, x, outputs[0])
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         """Fill `out` from `x`; `out` may be the same array as `x`."""
@@ -256,20 +270,14 @@ class IsInf(ElementwiseUnary):
 class Erf(Formula):
     """The error function, which NumPy and CuPy lack. float64 inputs: W. J. Cody's rational
     Chebyshev approximations (Math. Comp. 23, 1969; netlib SPECFUN CALERF), relative error below
-    1e-15. Narrower floats in fast mode: `float32_erf`, within a float32 ulp at a seventh of
-    the cost.
+    1e-15. Narrower floats in fast mode: `backends.activations.erf`, a rational form in float32
+    within 6 float32 ulps.
 
     Erf 9 also listed integer types without saying how an integer result is rounded; they are
     refused. Exact: exact_erf_arrays (a positive series times the exact exp, in float64)."""
 
     supports_exact = True
-
-    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
-        x = inputs[0]
-        if ctx.exact or x.dtype.itemsize == 8:
-            super().run(ctx, inputs, outputs)
-        else:
-            float32_erf(ctx, widened(ctx.xp, x), outputs[0])
+    fast_kernel = (activations.erf, 3)
 
     def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
         kernels.exact_erf_arrays(x, out)
@@ -347,106 +355,6 @@ def _exp_minus_square(xp: Any, y: Array) -> Array:
     so h² is exact and exp(-y²) = exp(-h²)·exp(-(y - h)(y + h))."""
     high = xp.trunc(y * 16.0) / 16.0
     return xp.exp(-high * high) * xp.exp(-(y - high) * (y + high))
-
-
-# -- erf for float32 and narrower, fast mode -----------------------------------------------------
-#
-# Fitted here (not taken from a library) by iteratively reweighted least squares on relative
-# error against math.erfc / math.erf at a few thousand points, power basis, evaluated by Horner:
-# * the normal upper tail Q(v) = erfc(v/√2)/2 = exp(-v²/2)·t·T(t), t = 1/(1 + v/4), T of degree
-#   9, fitted for 0 ≤ v ≤ 15 (relative error 9e-9; Q underflows float32 from v ≈ 14.1, so
-#   beyond 15 any positive tail value below Q(15) gives the same float32 results);
-# * erf(x) = x·S(x²), S of degree 5, for |x| < 0.75 (relative error 1.5e-9).
-# Both run in float64: low degrees keep them cheap, and float64 steps keep the result within
-# one float32 ulp (float32 steps would cost 6 ulps to save a fifth of the time).
-_TAIL_SCALE = 0.25
-_TAIL = (0.09974498780978218, 0.09954638292132936, 0.0950893219581355, 0.07390382258315638,
-         0.08136460225512021, 0.022217670326814157, 0.01738012074373814, 0.0596959063374997,
-         -0.0661201083005242, 0.017177297885845277)  # fmt: skip
-# The clamp on v: exp(-v²/2) is still a nonzero (subnormal) float64 there, so -inf·Q stays -inf
-# as on the float64 path, and |x|·Q(v) is below float32's smallest number for every finite x.
-_TAIL_LIMIT = 38.0
-_SERIES = (1.1283791654962825, -0.3761261875427203, 0.11283376526641782, -0.02683462154427703,
-           0.0051143380467725, -0.0006749449955642023)  # fmt: skip
-_SERIES_LIMIT = 0.75
-
-
-def _horner(xp: Any, coefficients: tuple[float, ...], t: Array, out: Array) -> Array:
-    """The polynomial in t with these (lowest first) coefficients, into `out`."""
-    *rest, top = coefficients
-    xp.multiply(t, top, out=out)
-    for index, coefficient in enumerate(reversed(rest)):
-        xp.add(out, coefficient, out=out)
-        if index < len(rest) - 1:
-            xp.multiply(out, t, out=out)
-    return out
-
-
-def normal_tail(xp: Any, v: Array, t: Array, tail: Array) -> Array:
-    """Q(v) = P(Z > v) for a standard normal Z into `tail`, for a float64 array v ≥ 0 (NaN
-    stays NaN; v is clamped at _TAIL_LIMIT, and clobbered; t is a work array like v)."""
-    xp.minimum(v, _TAIL_LIMIT, out=v)
-    xp.multiply(v, _TAIL_SCALE, out=t)
-    xp.add(t, 1.0, out=t)
-    xp.divide(1.0, t, out=t)
-    _horner(xp, _TAIL, t, tail)
-    xp.multiply(tail, t, out=tail)
-    exponent = xp.multiply(v, -0.5, out=t)
-    xp.multiply(exponent, v, out=exponent)
-    xp.exp(exponent, out=exponent)
-    return xp.multiply(tail, exponent, out=tail)
-
-
-def _work(ctx: RunContext, x: Array, count: int) -> tuple[Array, ...]:
-    """`count` float64 work arrays of x's shape from one scratch request (each request costs
-    more than a ufunc call on a small array), the first holding x: mixed-type ufunc calls are
-    several times slower in NumPy than a cast followed by same-type ones."""
-    work = tuple(ctx.scratch((count, *x.shape), ctx.xp.float64))
-    ctx.xp.copyto(work[0], x)
-    return work
-
-
-def _indicator(compare: Any, x: Array, bound: float, out: Array) -> Array:
-    """compare(x, bound) as float64 zeros and ones: selecting by multiplying with these is
-    several times faster in NumPy than a masked copy or `where` on a mask without a pattern."""
-    return compare(x, bound, out=out, casting="unsafe")
-
-
-def float32_erf(ctx: RunContext, x: Array, out: Array) -> None:
-    """erf of float32 `x` into `out` (float32 or narrower; may be x's memory), within a float32
-    ulp: x·S(x²) near 0, sign(x)·(1 - 2·Q(|x|·√2)) beyond. Both are computed everywhere on
-    clamped arguments (so both are finite) and blended by 0/1 weights."""
-    xp = ctx.xp
-    wide, v, weight, clamped, series, t, result = _work(ctx, x, 7)
-    xp.absolute(wide, out=v)
-    xp.clip(wide, -_SERIES_LIMIT, _SERIES_LIMIT, out=clamped)
-    xp.multiply(clamped, clamped, out=t)
-    _horner(xp, _SERIES, t, series)
-    xp.multiply(series, clamped, out=series)
-    xp.multiply(series, _indicator(xp.less, v, _SERIES_LIMIT, weight), out=series)
-    far = _indicator(xp.greater_equal, v, _SERIES_LIMIT, weight)
-    xp.multiply(v, math.sqrt(2.0), out=v)
-    normal_tail(xp, v, t, result)
-    xp.multiply(result, -2.0, out=result)
-    xp.add(result, 1.0, out=result)
-    xp.copysign(result, wide, out=result)
-    xp.multiply(result, far, out=result)
-    xp.add(result, series, out=result)
-    xp.copyto(out, result, casting="unsafe")
-
-
-def float32_gelu(ctx: RunContext, x: Array, out: Array) -> None:
-    """x·Φ(x) of float32 `x` into `out` (float32 or narrower; may be x's memory), within a
-    float32 ulp: Φ(x) is Q(|x|) for x < 0, which keeps the negative tail's relative accuracy,
-    and 1 - Q(x) beyond, both as |[x ≥ 0] - Q(|x|)|. ±inf give ±inf, as the float64 path."""
-    xp = ctx.xp
-    wide, phi, v, t, tail = _work(ctx, x, 5)
-    _indicator(xp.greater_equal, wide, 0.0, phi)
-    normal_tail(xp, xp.absolute(wide, out=v), t, tail)
-    xp.subtract(phi, tail, out=phi)
-    xp.absolute(phi, out=phi)
-    xp.multiply(wide, phi, out=wide)
-    xp.copyto(out, wide, casting="unsafe")
 
 
 DEFS: tuple[OpDef, ...] = (

@@ -1,0 +1,242 @@
+"""Fast-mode float32 activation kernels in as few whole-array passes as NumPy allows.
+
+Each kernel writes into `out` with in-place ufuncs on float32 work arrays (no temporaries, no
+float64, no `where`: a data-dependent select costs more in NumPy than several arithmetic
+passes). The code is shared by NumPy and CuPy (only functions both have). `out` may be the
+input's memory: every kernel reads `x` before it first writes `out`, or keeps what it needs.
+
+Large arrays are processed a block at a time (onemodel/backends/blocking.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from onemodel.backends import blocking
+
+# erf(x) = x·P(x²)/Q(x²) for |x| ≤ ERF_LIMIT, ±1 beyond (where float32's erf is ±1.0): P of
+# degree 6 and a monic Q of degree 4 in x², fitted here (tools/fit_fast_erf.py) by
+# iteratively reweighted least squares on the relative error against math.erf, then Lawson
+# reweighting towards minimax: 5.4e-8 relative in exact arithmetic; evaluated in float32 by
+# Horner's rule within 6 float32 ulps (tests/test_fast_erf.py measures it against math.erf).
+ERF_LIMIT = 3.92
+_ERF_P = (1.128379109840579, 0.19980144433432007, 0.0505569894500625, 0.003696591010342945,
+          0.00014174925715089198, -1.957928064049569e-06, 1.993567286251441e-08)  # fmt: skip
+_ERF_Q = (1.0, 0.5104010872122741, 0.1149475280132272, 0.014342788840969985,
+          0.0009548862182285004)  # fmt: skip
+
+
+def _monic(p: tuple[float, ...], q: tuple[float, ...], scale: float, argument: float):
+    """Coefficients of scale·P(a·s)/Q(a·s), with the denominator made monic (one pass less)."""
+    lead = q[-1] * argument ** (len(q) - 1)
+    numerator = tuple(scale * c * argument**k / lead for k, c in enumerate(p))
+    denominator = tuple(c * argument**k / lead for k, c in enumerate(q))
+    return numerator, denominator
+
+
+ERF = _monic(_ERF_P, _ERF_Q, 1.0, 1.0)
+# Gelu's Φ(x) - 1/2 = erf(x/√2)/2 = x·P(x²/2)/(2√2·Q(x²/2)), for |x| ≤ ERF_LIMIT·√2.
+HALF_ERF_OF_SCALED = _monic(_ERF_P, _ERF_Q, 0.5 / math.sqrt(2.0), 0.5)
+
+
+def run_blocked(
+    kernel: Callable[..., None],
+    xp: Any,
+    x: Any,
+    out: Any,
+    scratch: Callable[[tuple[int, ...], Any], Any],
+    work_count: int,
+    *parameters: Any,
+) -> None:
+    """kernel(xp, x, out, work, *parameters) on the whole arrays or, when they are large and
+    C-contiguous, on matching flat blocks of blocking.BLOCK elements, with `work_count`
+    float32 work arrays of x's (or a block's) shape from `scratch` (one request)."""
+    if x.size <= blocking.BLOCKED_ABOVE or not (x.flags.c_contiguous and out.flags.c_contiguous):
+        kernel(xp, x, out, list(scratch((work_count, *x.shape), xp.float32)), *parameters)
+        return
+    block = blocking.BLOCK
+    pool = scratch((work_count, block), xp.float32)
+    flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    for start in range(0, x.size, block):
+        x_block = flat_x[start : start + block]
+        n = x_block.size
+        kernel(xp, x_block, flat_out[start : start + n], [w[:n] for w in pool], *parameters)
+
+
+def float32_kernel(
+    kernel: Callable[..., None],
+    work_count: int,
+    xp: Any,
+    x: Any,
+    out: Any,
+    scratch: Callable[[tuple[int, ...], Any], Any],
+    *parameters: Any,
+) -> None:
+    """A float32 kernel on float32 or narrower floats: those widen to float32 first and round
+    once into `out`."""
+    if x.dtype == xp.float32 and out.dtype == xp.float32:
+        run_blocked(kernel, xp, x, out, scratch, work_count, *parameters)
+        return
+    wide = scratch(x.shape, xp.float32)
+    xp.copyto(wide, x, casting="unsafe")
+    run_blocked(kernel, xp, wide, wide, scratch, work_count, *parameters)
+    xp.copyto(out, wide, casting="unsafe")
+
+
+def _horner(xp: Any, coefficients: tuple[float, ...], s: Any, out: Any, monic: bool) -> None:
+    """The polynomial in s (lowest coefficient first; a monic one's top 1 not multiplied)."""
+    f = s.dtype.type
+    *rest, top = coefficients
+    if monic:
+        xp.add(s, f(rest.pop()), out=out)
+    else:
+        xp.multiply(s, f(top), out=out)
+        xp.add(out, f(rest.pop()), out=out)
+    for coefficient in reversed(rest):
+        xp.multiply(out, s, out=out)
+        xp.add(out, f(coefficient), out=out)
+
+
+def odd_rational(
+    xp: Any, x: Any, out: Any, work: list[Any], coefficients: tuple, limit: float, bound: float
+) -> None:
+    """t·N(t²)/D(t²) (D monic) with t = x clamped to ±limit, into out, clamped to ±bound
+    (float32 rounding may overshoot the function's limit by a few ulps): 2·(deg N + deg D) + 5
+    passes. NaN stays NaN; ±0 keeps its sign."""
+    numerator, denominator = coefficients
+    t, s, d = work[:3]
+    f = x.dtype.type
+    xp.clip(x, f(-limit), f(limit), out=t)
+    xp.multiply(t, t, out=s)
+    _horner(xp, numerator, s, out, monic=False)
+    _horner(xp, denominator, s, d, monic=True)
+    xp.multiply(out, t, out=out)
+    xp.divide(out, d, out=out)
+    xp.clip(out, f(-bound), f(bound), out=out)
+
+
+def erf(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """erf of float32 x into out, within 6 float32 ulps; ±1 beyond ±ERF_LIMIT."""
+    odd_rational(xp, x, out, work, ERF, ERF_LIMIT, 1.0)
+
+
+def gelu(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """x·Φ(x) = x·(1/2 + erf(x/√2)/2), as onnxruntime evaluates it: erf's ulps where Φ(x) is
+    not small; in the negative tail the error is erf's absolute error times |x|/2 (a few
+    float32 ulps of 1/2 times |x|), not relative to the result. -inf gives NaN (-inf·0)."""
+    half_erf = work[3]
+    odd_rational(xp, x, half_erf, work, HALF_ERF_OF_SCALED, ERF_LIMIT * math.sqrt(2.0), 0.5)
+    xp.add(half_erf, x.dtype.type(0.5), out=half_erf)
+    xp.multiply(half_erf, x, out=out)
+
+
+_TANH_GELU = math.sqrt(2.0 / math.pi)
+
+
+def gelu_tanh(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """Gelu's tanh form x/2·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x/(1 + exp(-2u)):
+    six passes and an exp. exp overflowing for very negative x gives -0, as the limit."""
+    f = x.dtype.type
+    t = work[0]
+    xp.multiply(x, x, out=t)
+    xp.multiply(t, f(-2.0 * _TANH_GELU * 0.044715), out=t)
+    xp.add(t, f(-2.0 * _TANH_GELU), out=t)
+    xp.multiply(t, x, out=t)
+    xp.exp(t, out=t)
+    xp.add(t, f(1.0), out=t)
+    xp.divide(x, t, out=out)
+
+
+# -- the piecewise and exp-based activations ------------------------------------------------------
+#
+# `clip` with two finite-or-infinite scalar bounds is one vectorised pass in NumPy, where
+# `maximum`/`minimum` against a scalar take a slower loop (measured 0.08 against 0.21 ms on
+# 256k elements): max(x, 0) is clip(x, 0, inf) and min(x, 0) clip(x, -inf, 0). These keep NaN.
+# exp(t) - 1 stands for expm1 (NumPy's float32 expm1 is 10x slower than its exp): its absolute
+# error is within an ulp of 1, which is what onnxruntime's formulas give too.
+
+
+def _positive_part(xp: Any, x: Any, out: Any) -> Any:
+    f = x.dtype.type
+    return xp.clip(x, f(0), f(math.inf), out=out)
+
+
+def _negative_part(xp: Any, x: Any, out: Any) -> Any:
+    f = x.dtype.type
+    return xp.clip(x, f(-math.inf), f(0), out=out)
+
+
+def relu(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """max(x, 0), then + 0, which turns the -0 clip keeps into +0 (as in exact mode)."""
+    _positive_part(xp, x, out)
+    xp.add(out, x.dtype.type(0), out=out)
+
+
+def leaky_relu(xp: Any, x: Any, out: Any, work: list[Any], alpha: float) -> None:
+    """x for x ≥ 0, alpha·x below: max(x, alpha·x) for 0 ≤ alpha ≤ 1, min for alpha > 1 (two
+    passes), else max(x, 0) + alpha·min(x, 0)."""
+    f = x.dtype.type
+    scaled = work[0]
+    if alpha < 0:
+        _negative_part(xp, x, scaled)
+        xp.multiply(scaled, f(alpha), out=scaled)
+        _positive_part(xp, x, out)
+        xp.add(out, scaled, out=out)
+        return
+    xp.multiply(x, f(alpha), out=scaled)
+    (xp.maximum if alpha <= 1 else xp.minimum)(x, scaled, out=out)
+
+
+def sigmoid(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """1/(1 + exp(-x)) in place in out: an exp and three passes."""
+    f = x.dtype.type
+    xp.negative(x, out=out)
+    xp.exp(out, out=out)
+    xp.add(out, f(1), out=out)
+    xp.reciprocal(out, out=out)
+
+
+def hard_sigmoid(xp: Any, x: Any, out: Any, work: list[Any], alpha: float, beta: float) -> None:
+    """clip(alpha·x + beta, 0, 1): three passes."""
+    f = x.dtype.type
+    xp.multiply(x, f(alpha), out=out)
+    xp.add(out, f(beta), out=out)
+    xp.clip(out, f(0), f(1), out=out)
+
+
+def hard_swish(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """x·HardSigmoid(x) with alpha = 1/6, beta = 1/2: four passes."""
+    gate = work[0]
+    hard_sigmoid(xp, x, gate, work, 1.0 / 6.0, 0.5)
+    xp.multiply(gate, x, out=out)
+
+
+def softsign(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
+    """x/(1 + |x|): three passes."""
+    f = x.dtype.type
+    denominator = work[0]
+    xp.absolute(x, out=denominator)
+    xp.add(denominator, f(1), out=denominator)
+    xp.divide(x, denominator, out=out)
+
+
+def exp_linear(
+    xp: Any, x: Any, out: Any, work: list[Any], inner: float, outer: float, positive: float
+) -> None:
+    """positive·max(x, 0) + outer·(exp(inner·min(x, 0)) - 1): Elu (inner 1, outer alpha,
+    positive 1), Celu (1/alpha, alpha, 1) and Selu (1, gamma·alpha, gamma); an exp and at
+    most seven passes."""
+    f = x.dtype.type
+    negative = work[0]
+    _negative_part(xp, x, negative)
+    if inner != 1:
+        xp.multiply(negative, f(inner), out=negative)
+    xp.exp(negative, out=negative)
+    xp.subtract(negative, f(1), out=negative)
+    xp.multiply(negative, f(outer), out=negative)
+    _positive_part(xp, x, out)
+    if positive != 1:
+        xp.multiply(out, f(positive), out=out)
+    xp.add(out, negative, out=out)

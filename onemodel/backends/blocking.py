@@ -1,0 +1,25 @@
+"""Cache blocking for whole-array kernels made of several NumPy passes.
+
+A kernel of k passes over a 4M-element float32 tensor streams 16 MB through memory k times;
+done `BLOCK` elements (256 KB) at a time, the block's work arrays stay in the processor's cache
+between passes (measured 2x faster for Erf and LayerNormalization at 4M elements). Below
+`BLOCKED_ABOVE` elements the extra ufunc calls cost more than they save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+BLOCK = 1 << 16
+BLOCKED_ABOVE = 1 << 20
+
+
+def row_blocks(rows: int, row_size: int) -> Iterator[slice]:
+    """Slices of whole rows, about BLOCK elements each, covering `rows` rows of `row_size`;
+    one slice of everything when the array is small."""
+    if rows * row_size <= BLOCKED_ABOVE:
+        yield slice(0, rows)
+        return
+    step = max(1, BLOCK // max(row_size, 1))
+    for start in range(0, rows, step):
+        yield slice(start, min(start + step, rows))

@@ -1,0 +1,107 @@
+"""Fast-mode Cast (onemodel/backends/casts.py) gives the reference rules' values."""
+
+import numpy as np
+import pytest
+
+from onemodel.backends.casts import fast_cast
+from onemodel.tensors import DType
+from onemodel.tensors.conversions import cast
+
+TYPES = ("bool", "int8", "int32", "int64", "uint8", "uint64", "float16", "float32", "float64")
+D_TYPES = {np.dtype(t): d for d in DType if d.numpy is not None for t in [d.numpy]}
+
+
+def _values(dtype: str) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    if dtype == "bool":
+        return rng.random(500) < 0.5
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        edges = np.array([info.min, info.max, 0, 1, info.max - 1], dtype)
+        return np.concatenate([edges, rng.integers(info.min, info.max, 500, dtype, True)])
+    wide = rng.standard_normal(500) * 10.0 ** rng.integers(-8, 8, 500)
+    return np.concatenate([wide, [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0]]).astype(dtype)
+
+
+def _same(ours: np.ndarray, reference: np.ndarray) -> None:
+    assert ours.dtype == reference.dtype
+    if ours.dtype.kind == "f":
+        np.testing.assert_array_equal(ours, reference)  # NaN matches NaN, payloads aside
+    else:
+        assert np.array_equal(ours, reference)
+
+
+@pytest.mark.parametrize("source", TYPES)
+@pytest.mark.parametrize("target", TYPES)
+def test_fast_cast_matches_the_reference_rules(source: str, target: str) -> None:
+    x = _values(source)
+    reference = cast(x, D_TYPES[x.dtype], D_TYPES[np.dtype(target)])
+    out = np.empty(x.shape, target)
+    if fast_cast(np, x, out):
+        _same(out, reference)
+    else:  # only floats with a value outside the integer target's range are refused
+        info = np.iinfo(target) if np.dtype(target).kind in "iu" else None
+        assert x.dtype.kind == "f" and info is not None
+        assert not np.all((x >= float(info.min)) & (x < float(info.max) + 1))
+
+
+@pytest.mark.parametrize("source", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("target", ["int8", "int32", "int64", "uint8"])
+def test_float_to_integer_in_range_is_fast_and_the_rest_is_refused(source, target) -> None:
+    x = np.array([0.0, -0.9, 1.9, -7.5, 100.25], source)
+    out = np.empty(x.shape, target)
+    if np.dtype(target).kind == "u":
+        x = np.abs(x)
+    assert fast_cast(np, x, out)
+    _same(out, cast(x, D_TYPES[x.dtype], D_TYPES[np.dtype(target)]))
+    for bad in (np.nan, np.inf, -np.inf, 1e5 if target in ("int8", "uint8") else 1e30, -1.0):
+        if bad == -1.0 and np.dtype(target).kind == "i":
+            continue
+        assert not fast_cast(np, np.array([1.0, bad], source), np.empty(2, target)), bad
+
+
+def test_float64_to_float16_rounds_through_float32() -> None:
+    twice = np.array([1 + 2**-11 + 2**-40])  # float32 rounds it to 1 + 2**-11, a tie, then 1
+    out = np.empty(1, np.float16)
+    assert fast_cast(np, twice, out) and out[0] == 1.0
+
+
+def test_narrow_formats_are_left_to_the_reference_rules() -> None:
+    import ml_dtypes
+
+    x = np.ones(3, np.float32)
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn):
+        assert not fast_cast(np, x, np.empty(3, dtype))
+        assert not fast_cast(np, x.astype(dtype), np.empty(3, np.float32))
+
+
+@pytest.mark.parametrize("target", ["float32", "float64", "bool", "int32"])
+def test_every_float16_converts_as_the_reference_rules(target: str) -> None:
+    every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    if target == "int32":
+        every = every[np.isfinite(every)]
+    out = np.empty(every.shape, target)
+    assert fast_cast(np, every, out)
+    reference = cast(every, DType.FLOAT16, D_TYPES[np.dtype(target)])
+    _same(out, reference)
+    if out.dtype.kind == "f":  # the same signs of zeros and NaNs
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(reference))
+
+
+def test_float32_to_float16_rounds_as_the_reference_rules_over_bit_patterns() -> None:
+    rng = np.random.default_rng(7)
+    edges = [  # float16's subnormal, normal and overflow thresholds, densely
+        np.arange(0x33000000, 0x33800000, 97, dtype=np.uint32),
+        np.arange(0x387F0000, 0x38810000, dtype=np.uint32),
+        np.arange(0x477FE000, 0x47800100, dtype=np.uint32),
+    ]
+    bits = np.concatenate(
+        [rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32), *edges]
+    )
+    x = np.concatenate([bits, bits | 0x80000000]).view(np.float32)
+    out = np.empty(x.shape, np.float16)
+    assert fast_cast(np, x, out)
+    reference = cast(x, DType.FLOAT, DType.FLOAT16)
+    nan = np.isnan(reference)
+    np.testing.assert_array_equal(np.isnan(out), nan)
+    np.testing.assert_array_equal(out.view(np.uint16)[~nan], reference.view(np.uint16)[~nan])
