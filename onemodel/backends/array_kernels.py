@@ -16,7 +16,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from onemodel.backends import exact_arrays
+from onemodel.backends import exact_arrays, exact_elementary
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import IeeeFloat32, store
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
@@ -672,6 +672,11 @@ class ArrayKernels:
 
     def exact_erf_arrays(self, x: Any, out: Any) -> None:
         exact_arrays.erf_arrays(self.xp, x, out)
+
+    def exact_map_arrays(
+        self, function: Callable[..., Any], inputs: Sequence[Any], out: Any
+    ) -> None:
+        exact_elementary.map_arrays(self.xp, function, inputs, out)
 
     def exact_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
         exact_arrays.softmax_arrays(self.xp, x, axis, out)

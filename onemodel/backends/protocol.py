@@ -191,6 +191,10 @@ class Kernels(Protocol):
     def exact_erf_arrays(self, x: Any, out: Any) -> None:
         """erf by a fixed positive series times the exact exp, in float64."""
 
+    def exact_map_arrays(self, function: Any, inputs: Any, out: Any) -> None:
+        """out = function(xp, *float64 copies of inputs) rounded once: the frame of the
+        element-wise exact formulas (exact_elementary.py, exact_activations.py)."""
+
     def exact_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
         """Softmax along `axis` from the exact max, exp and ordered sum."""
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends import exact_activations
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
@@ -741,9 +742,15 @@ class SwishOp(WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.exp(-self.alpha * x))
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.swish(xp, x, self.alpha)
+
 
 class SwiGLUOp(Operator):
-    """SwiGLU (opset 28): Swish_alpha(A) · B for A and B of one shape (no broadcasting)."""
+    """SwiGLU (opset 28): Swish_alpha(A) · B for A and B of one shape (no broadcasting).
+    Exact: exact_activations.swish(A) · B in float64, rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -760,10 +767,16 @@ class SwiGLUOp(Operator):
         return [ctx.output(ctx.dtype(0), ctx.shape(0))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:
+            ctx.kernels.exact_map_arrays(self._exact, inputs, outputs[0])
+            return
         xp = ctx.xp
         gate, linear = widened(xp, inputs[0]), widened(xp, inputs[1])
         with quiet():
             outputs[0][...] = gate / (1.0 + xp.exp(-self.alpha * gate)) * linear
+
+    def _exact(self, xp: Any, gate: Array, linear: Array) -> Array:
+        return exact_activations.swish(xp, gate, self.alpha) * linear
 
 
 DEFS: tuple[OpDef, ...] = (

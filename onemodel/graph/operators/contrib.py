@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from onemodel.backends import exact_activations
 from onemodel.graph.operators import activations
 from onemodel.graph.operators.attention import (
     DotProductAttention,
@@ -61,12 +62,17 @@ class QuickGelu(activations.WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.exp(-self.alpha * x))
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.swish(xp, x, self.alpha)
+
 
 class BiasActivation(Operator):
     """An activation of X + bias, the bias (optional for FastGelu) broadcasting to X's last
-    axis; the sum is formed widened and the activation's formula applied before one rounding."""
+    axis; the sum is formed widened and the activation's formula applied before one rounding.
+    Exact: the float64 sum, then the activation's exact formula, rounded once."""
 
     in_place_input = 0
+    supports_exact = True
     activation: ClassVar[type[Formula]]
     approximate: ClassVar[str]
 
@@ -89,6 +95,10 @@ class BiasActivation(Operator):
         return [ctx.output(ctx.dtype(0), ctx.shape(0))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:
+            given = [x for x in inputs if x is not None]
+            ctx.kernels.exact_map_arrays(self._exact, given, outputs[0])
+            return
         xp = ctx.xp
         x = widened(xp, inputs[0])
         bias = inputs[1] if len(inputs) > 1 else None
@@ -96,6 +106,9 @@ class BiasActivation(Operator):
             if bias is not None:
                 x = x + widened(xp, bias)
             xp.copyto(outputs[0], self.formula.formula(xp, x), casting="unsafe")
+
+    def _exact(self, xp: Any, x: Array, bias: Array | None = None) -> Array:
+        return self.formula.exact_formula(xp, x if bias is None else x + bias)
 
 
 class FastGelu(BiasActivation):

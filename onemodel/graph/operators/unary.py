@@ -104,7 +104,16 @@ class Formula(ElementwiseUnary):
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         xp.copyto(out, self.formula(xp, widened(xp, x)), casting="unsafe")
 
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        """`exact_formula` on a float64 copy of x, rounded once (exact_map_arrays)."""
+        kernels.exact_map_arrays(self.exact_formula, (x,), out)
+
     def formula(self, xp: Any, x: Array) -> Array:
+        raise NotImplementedError
+
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        """Exact mode's formula (with supports_exact): float64 in and out, built only from
+        correctly rounded operations and the exact elementary functions."""
         raise NotImplementedError
 
 
@@ -146,7 +155,9 @@ class Sqrt(Ufunc):
 
 
 class Reciprocal(Ufunc):
-    ufunc = "reciprocal"
+    """Exact: one correctly rounded division 1/x."""
+
+    ufunc, supports_exact = "reciprocal", True
 
 
 class Floor(Ufunc):
