@@ -16,6 +16,11 @@ RoiAlign's sampling points) are a short Python loop, each tap one gather over ev
 
 Integer data are interpolated in float64 and rounded half to even, then saturated, as the
 reference's saturate_cast does; float16 and bfloat16 data are interpolated in float32.
+
+Exact mode (Resize, Upsample): the tables are host float64 arithmetic in a fixed order (their
+normalizing sums add the taps in order), the same on every machine; nearest is a gather; linear
+and cubic interpolate every float type in float64 with the float64 weights, taps summed in
+order from the first, axis after axis without rounding between them, rounded once at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.ieee_float32 import store as store_float
+from onemodel.backends.ieee_float32 import widen
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
     Array,
@@ -203,7 +210,7 @@ class Interpolation:
             weights = np.clip(1 - distances, 0, 1)
         else:
             weights = cubic_kernel(distances, a)
-        return weights / weights.sum(axis=1, keepdims=True)
+        return weights / tap_sum(weights)
 
     def nearest(self, x: np.ndarray, scale: float) -> np.ndarray:
         floor = np.floor(x)
@@ -234,10 +241,15 @@ class Interpolation:
             indices = window(x, weights.shape[1])
             if self.exclude_outside:
                 weights = np.where((indices < 0) | (indices >= size), 0.0, weights)
-                total = weights.sum(axis=1, keepdims=True)
+                total = tap_sum(weights)
                 weights = weights / np.where(total == 0, 1.0, total)
         indices = np.clip(indices, 0, size - 1)
         return AxisTable(axis, indices, weights, outside)
+
+
+def tap_sum(weights: np.ndarray) -> np.ndarray:
+    """Each row's sum, the taps added in order (a fixed order, unlike NumPy's pairwise sum)."""
+    return functools.reduce(operator.add, weights.T)[:, None]
 
 
 def cubic_kernel(distance: Array, a: float, xp: Any = np) -> Array:
@@ -261,6 +273,7 @@ class InterpolationOp(Operator):
     """Resize's machinery; subclasses say how attributes and inputs give the targets."""
 
     interpolation: Interpolation
+    supports_exact = True
 
     def targets(self, shape: tuple[int, ...], read: ValueReader) -> list[AxisTarget]:
         raise NotImplementedError
@@ -307,7 +320,7 @@ class InterpolationOp(Operator):
         if self.interpolation.mode == "nearest":
             self.pick(ctx.xp, data, tables, out)
         else:
-            self.weigh(ctx.xp, data, tables, out)
+            self.weigh(ctx.xp, data, tables, out, ctx.exact)
 
     def is_identity(self, size: int, target: AxisTarget) -> bool:
         cropping = self.interpolation.transform == "tf_crop_and_resize"
@@ -331,10 +344,13 @@ class InterpolationOp(Operator):
                     store(xp, xp.asarray(self.interpolation.extrapolation), fill)
                 out[along(t.axis, xp.asarray(t.outside))] = fill
 
-    def weigh(self, xp: Any, data: Array, tables: list[AxisTable], out: Array) -> None:
-        """Linear and cubic: a weighted sum of gathered taps per axis."""
-        work = working_dtype(data.dtype)
-        result = data.astype(work, copy=False)
+    def weigh(
+        self, xp: Any, data: Array, tables: list[AxisTable], out: Array, exact: bool = False
+    ) -> None:
+        """Linear and cubic: a weighted sum of gathered taps per axis (exact: all in float64,
+        float32 data entering and leaving through their bits, see the module docstring)."""
+        work = np.dtype(np.float64) if exact else working_dtype(data.dtype)
+        result = widen(xp, data) if exact else data.astype(work, copy=False)
         for t in tables:
             trailing = (1,) * (data.ndim - t.axis - 1)
             total = None
@@ -346,7 +362,10 @@ class InterpolationOp(Operator):
             if t.outside is not None and t.outside.any():
                 total[along(t.axis, xp.asarray(t.outside))] = self.interpolation.extrapolation
             result = total
-        store(xp, result, out)
+        if exact and out.dtype.kind == "f":
+            store_float(xp, out, result)
+        else:
+            store(xp, result, out)
 
 
 class ResizeOp(InterpolationOp):
