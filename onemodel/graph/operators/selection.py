@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, normalize_axes, normalize_axis
 from onemodel.graph.operators.base import (
     Array,
@@ -73,7 +74,10 @@ class DataDependentOperator(Operator):
 class TopKOp(Operator):
     """The k largest (or smallest) along `axis`, always sorted (any order is allowed for
     sorted = 0); equal values keep the lower index first. k is an attribute before opset 10
-    and a 1-element input after."""
+    and a 1-element input after. Exact: floats are ranked by a stable sort of a float64 copy
+    (compares of exact values; NaN counts as the largest), and the values gathered."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -113,7 +117,8 @@ class TopKOp(Operator):
         xp, x = ctx.xp, inputs[0]
         axis = normalize_axis(self.node, self.axis, x.ndim)
         k = outputs[1].shape[axis]
-        order = self.ranking(xp, x, axis)
+        ranked = widen(ctx.kernels.xp, x) if ctx.exact and x.dtype.kind == "f" else x
+        order = self.ranking(xp, ranked, axis)
         top = order[(slice(None),) * axis + (slice(0, k),)]
         outputs[1][...] = top
         outputs[0][...] = xp.take_along_axis(x, top, axis=axis)
@@ -342,7 +347,12 @@ class NonMaxSuppressionOp(DataDependentOperator):
 
 class CumulativeOp(Operator):
     """An inclusive (or exclusive: the identity first) running reduction along the axis
-    input, forwards or in `reverse`; narrow floats accumulate in float32."""
+    input, forwards or in `reverse`; narrow floats accumulate in float32. Exact (floats): a
+    float64 running total from the identity, adding (multiplying) the elements one by one in
+    the direction of the run, each running value rounded once into the output; integers wrap
+    and are exact in any order."""
+
+    supports_exact = True
 
     accumulate: ClassVar[str]
     identity: ClassVar[int]
@@ -369,6 +379,9 @@ class CumulativeOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         xp, x = ctx.xp, widened(ctx.xp, inputs[0])
         axis = self._axis(int(_host_scalar(ctx, inputs[1])), x.ndim)
+        if ctx.exact and x.dtype.kind == "f":
+            self._run_exact(ctx.kernels.xp, inputs[0], axis, outputs[0])
+            return
         if self.reverse:
             x = xp.flip(x, axis=axis)
         if self.exclusive:
@@ -379,6 +392,21 @@ class CumulativeOp(Operator):
 
     def _axis(self, axis: int, rank: int) -> int:
         return normalize_axis(self.node, axis, rank, value=self.node.inputs[1])
+
+    def _run_exact(self, xp: Any, x: Array, axis: int, out: Array) -> None:
+        values = xp.moveaxis(widen(xp, x), axis, 0)
+        result = xp.empty(values.shape, dtype=xp.float64)
+        total = xp.full(values.shape[1:], float(self.identity), dtype=xp.float64)
+        steps = range(values.shape[0] - 1, -1, -1) if self.reverse else range(values.shape[0])
+        combine = xp.multiply if self.accumulate == "cumprod" else xp.add
+        with np.errstate(all="ignore"):
+            for step in steps:
+                if self.exclusive:
+                    result[step] = total
+                combine(total, values[step], out=total)
+                if not self.exclusive:
+                    result[step] = total
+        store(xp, out, xp.moveaxis(result, 0, axis))
 
 
 class CumSumOp(CumulativeOp):
