@@ -18,6 +18,7 @@ import numpy as np
 
 from onemodel.backends import exact_activations
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import store
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
@@ -31,6 +32,7 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
+from onemodel.graph.operators.normalization import exact_affine
 from onemodel.graph.operators.unary import FLOATS, widened
 from onemodel.tensors import DType, numpy_dtype_for_onnx
 from onemodel.tensors.shapes import TensorShapeError, broadcast_shapes
@@ -550,8 +552,11 @@ class RMSNormalizationOp(Operator):
     """RMSNormalization (opset 23): X / √(mean(X²) + ε) · scale over the axes from `axis` on.
 
     The statistics are computed in stash_type, but never narrower than float32; the output
-    has scale's element type (V), as the schema says.
+    has scale's element type (V), as the schema says. Exact: in float64 whatever stash_type
+    says, inv_rms = 1 / sqrt(Σ x·x / n + ε) (ordered sum), x · inv_rms · scale, rounded once.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -571,9 +576,16 @@ class RMSNormalizationOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         xp = ctx.xp
         x, scale = inputs[:2]
+        axes = tuple(range(self.axis % x.ndim, x.ndim))
+        if ctx.exact:
+            _, inv_rms = exact_affine(
+                ctx.kernels.xp, x, axes, self.epsilon, scale, None, outputs[0], centered=False
+            )
+            if len(outputs) > 1:  # SimplifiedLayerNormalization's statistic
+                store(ctx.kernels.xp, outputs[1], inv_rms)
+            return
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32
         values = x.astype(compute)
-        axes = tuple(range(self.axis % x.ndim, x.ndim))
         with quiet():
             mean_square = xp.mean(values * values, axis=axes, keepdims=True)
             values /= xp.sqrt(mean_square + compute(self.epsilon))

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onemodel.backends import exact_activations
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators import activations
 from onemodel.graph.operators.attention import (
     DotProductAttention,
@@ -34,7 +35,7 @@ from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
 from onemodel.graph.operators.conv import SlidingWindows, conv_channels, conv_group
 from onemodel.graph.operators.matmul import as_matrices, matmul_shape
-from onemodel.graph.operators.normalization import Standardization
+from onemodel.graph.operators.normalization import Standardization, exact_affine
 from onemodel.graph.operators.quantize import DynamicQuantizeLinearOp, QuantizedProduct
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS, Formula, widened
 from onemodel.tensors import DType
@@ -252,7 +253,11 @@ class SkipNormalization(Standardization):
     statistics' shape) and the sum input + skip + bias itself. The skip is input's shape or
     broadcasts to it from its last two axes; gamma, beta and bias are 1-D of the hidden size.
     `root_mean_square` drops the centring (the "simplified", RMS form, which has no beta).
+    Exact: the sum (input + skip) + bias in float64, standardize64 of it over the last axis,
+    · gamma (+ beta), each output rounded once from its float64 value.
     """
+
+    supports_exact = True
 
     root_mean_square: ClassVar[bool]
 
@@ -296,6 +301,9 @@ class SkipNormalization(Standardization):
         x, skip, gamma = given[0], given[1], given[2]
         beta = None if self.root_mean_square else given[3]
         bias = given[3] if self.root_mean_square else given[4]
+        if ctx.exact:
+            self._run_exact(ctx.kernels.xp, x, skip, gamma, beta, bias, outputs)
+            return
         compute = _working_type(xp, x.dtype)
         total = x.astype(compute) + skip.astype(compute)
         if bias is not None:
@@ -309,6 +317,31 @@ class SkipNormalization(Standardization):
         )  # fmt: skip
         for out, statistic in zip(outputs[1:3], (mean, inv_std), strict=False):
             out[...] = statistic
+
+    def _run_exact(
+        self,
+        xp: Any,
+        x: Array,
+        skip: Array,
+        gamma: Array,
+        beta: Array | None,
+        bias: Array | None,
+        outputs: Any,
+    ) -> None:
+        with np.errstate(all="ignore"):
+            total = widen(xp, x) + widen(xp, skip)
+            if bias is not None:
+                total += widen(xp, bias)
+        if len(outputs) > 3:
+            store(xp, outputs[3], total)
+        mean, inv_std = exact_affine(
+            xp, total, (total.ndim - 1,), self.epsilon, gamma, beta, outputs[0],
+            centered=not self.root_mean_square,
+        )  # fmt: skip
+        if mean is None:  # the RMS form's mean output is zero, as in fast mode
+            mean = xp.zeros_like(inv_std)
+        for out, statistic in zip(outputs[1:3], (mean, inv_std), strict=False):
+            store(xp, out, statistic)
 
     def _statistics(self, xp: Any, total: Array, compute: Any) -> tuple[Array, Array, Array]:
         if not self.root_mean_square:
@@ -345,6 +378,9 @@ class SimplifiedLayerNormalization(RMSNormalizationOp):
         return specs
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:  # RMSNormalization's exact recipe, which also writes the statistic
+            super().run(ctx, inputs, outputs)
+            return
         xp = ctx.xp
         x, scale = inputs[:2]
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from onemodel.backends.exact_normalization import mean_variance_normalize64
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, normalize_axes, normalize_axis
 from onemodel.graph.operators.base import (
@@ -664,10 +665,12 @@ class TensorScatterOp(Operator):
 
 class MeanVarianceNormalizationOp(Operator):
     """(X - mean) / (std + 1e-9) over `axes` (default [0, 2, 3]), as ONNX's function body;
-    the variance is taken as the mean of squared deviations, which cannot go negative."""
+    the variance is taken as the mean of squared deviations, which cannot go negative.
+    Exact: exact_normalization.mean_variance_normalize64, rounded once."""
 
     in_place_input = 0
     epsilon = 1e-9
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -681,6 +684,10 @@ class MeanVarianceNormalizationOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         xp, x = ctx.xp, widened(ctx.xp, inputs[0])
         axes = normalize_axes(self.node, self.axes, x.ndim)
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            store(xp, outputs[0], mean_variance_normalize64(xp, widen(xp, inputs[0]), axes))
+            return
         with np.errstate(all="ignore"):
             centered = x - xp.mean(x, axis=axes, keepdims=True)
             spread = xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True))
