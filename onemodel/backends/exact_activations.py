@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Context, Decimal
 from typing import Any
 
-from onemodel.backends.exact_arrays import erf64, exp64
+from onemodel.backends.exact_arrays import erf64, exp64, ordered_extremum, ordered_sum
 from onemodel.backends.exact_elementary import erfc_far64, expm1_64, sigmoid64, softplus64, tanh64
 
 Array = Any
@@ -125,3 +125,15 @@ def gelu_tanh(xp: Any, x: Array) -> Array:
     inner = x * x * x * _GELU_CUBIC + x
     result = x / (exp64(xp, inner * -_TWO_SQRT_TWO_OVER_PI) + 1)
     return xp.where(x == -xp.inf, -0.0, result)
+
+
+def masked_softmax(xp: Any, scores: Array) -> Array:
+    """Softmax over the last axis as Softmax's exact recipe (the exact max m, exp64(x − m), the
+    ordered sum, one division), except that a row of −inf only gives zeros: m = −inf counts as
+    0 and a zero sum as 1 (the attention operators' rule)."""
+    last = scores.ndim - 1
+    peak = ordered_extremum(xp, scores, (last,), True)
+    peak = xp.where(peak == -xp.inf, 0.0, peak)
+    powers = exp64(xp, scores - peak[..., None])
+    total = ordered_sum(xp, powers, (last,))[..., None]
+    return powers / xp.where(total == 0, 1.0, total)

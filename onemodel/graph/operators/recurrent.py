@@ -22,6 +22,7 @@ stated as an empty array and never computed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +41,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.binary import check_same_type
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.tensors import DType
 
 _TYPES = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
@@ -248,7 +250,7 @@ class Recurrent(Operator):
         lengths = self._lengths(_optional(inputs, _LENGTHS), x.shape[0])
         y = self._time_major(outputs, 0, (1, 2, 0, 3))
         finals = [self._time_major(outputs, k, (1, 0, 2)) for k in range(1, 1 + self.states)]
-        matmul = _ExactProduct(ctx.kernels) if ctx.exact else xp.matmul
+        matmul = functools.partial(exact_product, ctx.kernels) if ctx.exact else xp.matmul
         with quiet():
             for d in range(self.directions):
                 weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact)
@@ -464,19 +466,6 @@ class _ExactCast:
 
     def __call__(self, array: Array) -> Array:
         return widen(self.xp, array)
-
-
-class _ExactProduct:
-    """a @ b by exact_matmul_arrays, into a new float64 array."""
-
-    def __init__(self, kernels: Any) -> None:
-        self.kernels = kernels
-
-    def __call__(self, a: Array, b: Array) -> Array:
-        shape = (*self.kernels.xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2])
-        out = self.kernels.xp.empty((*shape, b.shape[-1]), dtype=self.kernels.xp.float64)
-        self.kernels.exact_matmul_arrays(a, b, out)
-        return out
 
 
 DEFS: tuple[OpDef, ...] = (
