@@ -360,20 +360,27 @@ class ArgExtremum(Operator):
         raise NotImplementedError
 
     def _exact_find(self, xp: Any, x: Array, axis: int) -> Array:
-        floating = x.dtype.kind == "f"
-        values = widen(xp, x) if floating else x
-        extremum = xp.max if self.largest else xp.min
-        if floating:
-            nan = xp.isnan(values)
-            values = xp.where(nan, -xp.inf if self.largest else xp.inf, values)
-        hit = values == extremum(values, axis=axis, keepdims=True)
-        if floating:
-            hit = xp.where(xp.any(nan, axis=axis, keepdims=True), nan, hit)
-        length = x.shape[axis]
-        place = xp.arange(length, dtype=xp.int64).reshape((-1,) + (1,) * (x.ndim - axis - 1))
-        if self.last:
-            return xp.max(xp.where(hit, place, -1), axis=axis)
-        return xp.min(xp.where(hit, place, length), axis=axis)
+        return extremum_position(xp, x, axis, self.largest, self.last)
+
+
+def extremum_position(xp: Any, x: Array, axis: int, largest: bool, last: bool = False) -> Array:
+    """Exact mode's arg max (min) along `axis`, int64: the least (with `last` the greatest)
+    position equal to the extremum of a float64 copy with NaNs set aside, or of the first
+    (last) NaN where there is one. Selections and an integer min: no library tie order."""
+    floating = x.dtype.kind == "f"
+    values = widen(xp, x) if floating else x
+    extremum = xp.max if largest else xp.min
+    if floating:
+        nan = xp.isnan(values)
+        values = xp.where(nan, -xp.inf if largest else xp.inf, values)
+    hit = values == extremum(values, axis=axis, keepdims=True)
+    if floating:
+        hit = xp.where(xp.any(nan, axis=axis, keepdims=True), nan, hit)
+    length = x.shape[axis]
+    place = xp.arange(length, dtype=xp.int64).reshape((-1,) + (1,) * (x.ndim - axis - 1))
+    if last:
+        return xp.max(xp.where(hit, place, -1), axis=axis)
+    return xp.min(xp.where(hit, place, length), axis=axis)
 
 
 class ArgMaxOp(ArgExtremum):

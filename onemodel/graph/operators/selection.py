@@ -154,7 +154,11 @@ class NonZeroOp(DataDependentOperator):
 
 class UniqueOp(DataDependentOperator):
     """Unique values (or slices along `axis`), sorted or in order of first occurrence, with
-    the first-occurrence indices, the inverse indices and the counts (all int64)."""
+    the first-occurrence indices, the inverse indices and the counts (all int64). Exact:
+    floats are compared as float64 copies, and each unique value is its first occurrence's
+    bits (so −0 and +0 give the first one)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -165,15 +169,19 @@ class UniqueOp(DataDependentOperator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
         self.check_array_types(_types_at(self.node.opset, NUMERIC | BOOL, 28), inputs[:1])
         xp, x = ctx.xp, inputs[0]
-        if self.axis is None:
-            x, axis = x.reshape(-1), 0
-            found = xp.unique(x, return_index=True, return_inverse=True, return_counts=True)
-        else:
+        axis = 0
+        if self.axis is not None:
             axis = normalize_axis(self.node, self.axis, x.ndim, value=self.node.inputs[0])
-            found = xp.unique(
-                x, return_index=True, return_inverse=True, return_counts=True, axis=axis
-            )
+        if self.axis is None:
+            x = x.reshape(-1)
+        keys = widen(ctx.kernels.xp, x) if ctx.exact and x.dtype.kind == "f" else x
+        found = xp.unique(
+            keys, return_index=True, return_inverse=True, return_counts=True,
+            **({} if self.axis is None else {"axis": axis}),
+        )  # fmt: skip
         values, first, inverse, counts = found
+        if keys is not x:
+            values = xp.take(x, first, axis=axis)
         inverse = inverse.reshape(-1)
         if not self.sorted:
             order = xp.argsort(first, kind="stable")
@@ -590,7 +598,10 @@ class BitCastOp(Operator):
 
 class TensorScatterOp(Operator):
     """A KV cache update: `update` written into a copy of `past_cache` along `axis`, from
-    each batch entry's write index (0 when absent), wrapping in "circular" mode."""
+    each batch entry's write index (0 when absent), wrapping in "circular" mode. Exact: data
+    movement (the positions of one batch entry are distinct)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
