@@ -32,6 +32,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.exact_products import exact_einsum
 from onemodel.graph.operators.unary import BOOL, FLOATS, NUMERIC, widened
 from onemodel.tensors import DType, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 
@@ -438,7 +439,10 @@ _ELLIPSIS = "..."
 class EinsumOp(Operator):
     """Einstein summation, run by the array library on an explicit equation: the implicit
     form's output (the ellipsis, then the letters used once, in ASCII order) is written out
-    so that both backends agree. Letters of extent 1 broadcast, as in numpy.einsum."""
+    so that both backends agree. Letters of extent 1 broadcast, as in numpy.einsum. Exact
+    (floats): exact_products.exact_einsum, rounded once; integers wrap, exact by nature."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -534,8 +538,28 @@ class EinsumOp(Operator):
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         xp = ctx.xp
+        if ctx.exact and inputs[0].dtype.kind == "f":
+            terms, output = self._spelled_out(inputs)
+            result = exact_einsum(ctx.kernels, terms, output, inputs)
+            store(ctx.kernels.xp, outputs[0], result.reshape(outputs[0].shape))
+            return
         operands = [widened(xp, x) for x in inputs]
         outputs[0][...] = xp.einsum(self.equation, *operands, optimize=len(operands) > 2)
+
+    def _spelled_out(self, inputs: Sequence[Array]) -> tuple[list[str], str]:
+        """The terms and output with each ellipsis written as letters of its own (the
+        ellipsis dimensions right-aligned, as they broadcast)."""
+        spare = [chr(c) for c in range(0x100, 0x140)]  # not ASCII: never a letter of the node
+        hidden = [
+            x.ndim - len(term.replace(_ELLIPSIS, "")) if _ELLIPSIS in term else 0
+            for term, x in zip(self.terms, inputs, strict=True)
+        ]
+        widest = "".join(spare[: max(hidden, default=0)])
+        terms = [
+            term.replace(_ELLIPSIS, widest[len(widest) - n :] if n else "")
+            for term, n in zip(self.terms, hidden, strict=True)
+        ]
+        return terms, self.output.replace(_ELLIPSIS, widest)
 
 
 class DetOp(Operator):
