@@ -236,7 +236,9 @@ class Not(Ufunc):
 
 
 class BitwiseNot(Ufunc):
-    ufunc, types = "invert", INTEGERS
+    """Exact: an integer operation."""
+
+    ufunc, types, supports_exact = "invert", INTEGERS, True
 
 
 class IsNaN(Ufunc):
