@@ -49,6 +49,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.graph.operators.unary import FLOATS, NUMERIC
 from onemodel.tensors import DType
 
@@ -572,7 +573,14 @@ class GridSampleOp(Operator):
     the reference: nearest rounds half to even before padding; border and reflection move a
     coordinate outside [low, high] first, then fetch each tap with the padding rule; cubic uses
     a = -0.75. Except cubic with border padding, which clamps each tap only, as PyTorch (where
-    the operator comes from) and onnxruntime do: the reference also clamps the coordinate."""
+    the operator comes from) and onnxruntime do: the reference also clamps the coordinate.
+
+    Exact: the coordinates, taps and weights in float64 from the exactly widened grid (each
+    step one float64 operation as written below); each tap's weight the product of its axes'
+    weights in axis order; the taps' value · weight summed in float64 in tap order (row-major
+    over the axes), rounded once. nearest is a gather."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -613,7 +621,12 @@ class GridSampleOp(Operator):
                 self.node.inputs[0],
             )
         n, channels = data.shape[:2]
-        grid = grid.reshape(n, -1, len(sizes)).astype(working_dtype(grid.dtype), copy=False)
+        exact = ctx.exact
+        if exact:
+            xp = ctx.kernels.xp
+            grid = widen(xp, grid.reshape(n, -1, len(sizes)))
+        else:
+            grid = grid.reshape(n, -1, len(sizes)).astype(working_dtype(grid.dtype), copy=False)
         per_axis = [
             self.taps(xp, grid[:, :, len(sizes) - 1 - i], size) for i, size in enumerate(sizes)
         ]
@@ -635,16 +648,20 @@ class GridSampleOp(Operator):
                 value = xp.where(inside[:, None, :], value, xp.zeros((), dtype=value.dtype))
             xp.copyto(out.reshape(n, channels, -1), value)
             return
-        work = working_dtype(data.dtype)
+        work = np.dtype(np.float64) if exact else working_dtype(data.dtype)
         total = None
         for taps in itertools.product(*per_axis):
             value, inside = gather(taps)
             weight = math.prod(tap.weight for tap in taps)
             if inside is not None:
                 weight = xp.where(inside, weight, 0)
-            term = value.astype(work) * weight[:, None, :].astype(work)
+            value = widen(xp, value) if exact else value.astype(work)
+            term = value * weight[:, None, :].astype(work)
             total = term if total is None else xp.add(total, term, out=total)
-        store(xp, total.reshape(out.shape), out)
+        if exact and out.dtype.kind == "f":
+            store_float(xp, out, total.reshape(out.shape))
+        else:
+            store(xp, total.reshape(out.shape), out)
 
     def taps(self, xp: Any, normalized: Array, size: int) -> list[GridTap]:
         """The taps along one axis for every output position."""
@@ -701,7 +718,10 @@ def base_coordinates(size: int, align_corners: bool) -> np.ndarray:
 
 
 class AffineGridOp(Operator):
-    """AffineGrid (20): theta (N, 2, 3) or (N, 3, 4) applied to the base grid of `size`."""
+    """AffineGrid (20): theta (N, 2, 3) or (N, 3, 4) applied to the base grid of `size`.
+    Exact: the host float64 base points times θᵀ by the exact matmul, rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -733,6 +753,11 @@ class AffineGridOp(Operator):
         mesh = np.meshgrid(*axes, indexing="ij")
         # Homogeneous (x, y[, z], 1): x runs along the last axis.
         points = np.stack([*reversed(mesh), np.ones(mesh[0].shape)], axis=-1)
+        if ctx.exact:
+            points = ctx.kernels.xp.asarray(points.reshape(-1, len(spatial) + 1))
+            grid = exact_product(ctx.kernels, points, theta.transpose(0, 2, 1))
+            store_float(ctx.kernels.xp, out, grid.reshape(out.shape))
+            return
         work = working_dtype(theta.dtype)
         points = xp.asarray(points.reshape(-1, len(spatial) + 1).astype(work))
         grid = xp.matmul(points, theta.astype(work, copy=False).transpose(0, 2, 1))
