@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends import exact_activations
+from onemodel.backends.exact_arrays import exp64
 from onemodel.backends.exact_elementary import tanh64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
@@ -522,9 +523,13 @@ class LinearAttentionOp(Operator):
     the delta rule on the decayed state. o = scale·qᵀS, each K/V head (and its state) shared by
     Hq / Hkv consecutive query heads. The state is kept in float32 (float64 is not a type of
     this operator) and rounded into present_state, of past_state's type or else query's.
+    Exact: the same recurrence in float64 from exactly widened inputs, e^g by exp64, every
+    product Sᵀk and qᵀS by the exact matmul into float64, each other step one float64
+    operation; both outputs rounded once.
     """
 
     RULES = ("linear", "gated", "delta", "gated_delta")
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -576,38 +581,43 @@ class LinearAttentionOp(Operator):
         return [ctx.output(ctx.dtype(0), (b, t, self.q_heads * dv)), ctx.output(state_type, state)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
+        exact = ctx.exact
+        xp = ctx.kernels.xp if exact else ctx.xp
+        work = xp.float64 if exact else xp.float32
+        matmul = functools.partial(exact_product, ctx.kernels) if exact else xp.matmul
+        exp = functools.partial(exp64, xp) if exact else xp.exp
         query, key, value, past, decay, beta = (*inputs[:6], *[None] * (6 - len(inputs[:6])))
         b, t, _ = query.shape
         hkv, group = self.kv_heads, self.q_heads // self.kv_heads
         dk = query.shape[2] // self.q_heads
 
         def heads(x: Array, count: int) -> Array:
-            """(B, T, H·D) → (B, T, H, D) in float32."""
-            return x.astype(xp.float32).reshape(b, t, count, x.shape[2] // count)
+            """(B, T, H·D) → (B, T, H, D) in the working type."""
+            values = widen(xp, x) if exact else x.astype(work)
+            return values.reshape(b, t, count, x.shape[2] // count)
 
         q, k, v = heads(query, self.q_heads), heads(key, hkv), heads(value, hkv)
         q = q.reshape(b, t, hkv, group, dk)
-        gates = None if decay is None else xp.exp(heads(decay, hkv))  # (B, T, Hkv, 1 | dk)
+        gates = None if decay is None else exp(heads(decay, hkv))  # (B, T, Hkv, 1 | dk)
         rates = None if beta is None else heads(beta, beta.shape[2])  # (B, T, Hkv | 1, 1)
-        state = (
-            xp.zeros(outputs[1].shape, dtype=xp.float32)
-            if past is None
-            else past.astype(xp.float32)
-        )
+        if past is None:
+            state = xp.zeros(outputs[1].shape, dtype=work)
+        else:
+            state = widen(xp, past) if exact else past.astype(work)
         scale = self.scale or (1 / math.sqrt(dk) if dk else 1.0)
-        result = xp.empty((b, t, hkv, group, v.shape[-1]), dtype=xp.float32)
-        for step in range(t):
-            k_t, v_t = k[:, step], v[:, step]
-            if gates is not None:
-                state *= gates[:, step][..., None]
-            if rates is not None:
-                retrieved = xp.matmul(k_t[:, :, None], state)[:, :, 0]  # Sᵀk: (B, Hkv, dv)
-                v_t = rates[:, step] * (v_t - retrieved)
-            state += k_t[..., :, None] * v_t[..., None, :]
-            result[:, step] = xp.matmul(q[:, step], state) * xp.float32(scale)
-        outputs[0][...] = result.reshape(outputs[0].shape)
-        outputs[1][...] = state
+        result = xp.empty((b, t, hkv, group, v.shape[-1]), dtype=work)
+        with np.errstate(all="ignore"):
+            for step in range(t):
+                k_t, v_t = k[:, step], v[:, step]
+                if gates is not None:
+                    state *= gates[:, step][..., None]
+                if rates is not None:
+                    retrieved = matmul(k_t[:, :, None], state)[:, :, 0]  # Sᵀk: (B, Hkv, dv)
+                    v_t = rates[:, step] * (v_t - retrieved)
+                state += k_t[..., :, None] * v_t[..., None, :]
+                result[:, step] = matmul(q[:, step], state) * work(scale)
+        store(xp, outputs[0], result.reshape(outputs[0].shape))
+        store(xp, outputs[1], state)
 
 
 # -- normalization and positions ------------------------------------------------------------
@@ -764,7 +774,11 @@ class CausalConvWithStateOp(Operator):
 
     The input is prefixed by past_state (zeros when absent); present_state is the last k − 1
     positions of that sequence. Sums run in float32 (float64 is not a type of this operator).
+    Exact: in float64 from exactly widened values, the taps' products summed from +0 in tap
+    order, + bias, SiLU as x · sigmoid64(x), rounded once.
     """
+
+    supports_exact = True
 
     ACTIVATIONS = ("none", "silu", "swish")
 
@@ -799,6 +813,10 @@ class CausalConvWithStateOp(Operator):
         if past is None:
             past = xp.zeros((b, c, k - 1), dtype=x.dtype)
         sequence = xp.concatenate((past, x), axis=2)
+        if ctx.exact:
+            self._run_exact(ctx.kernels.xp, sequence, w, bias, outputs[0])
+            outputs[1][...] = sequence[:, :, length:]
+            return
         values = sequence.astype(xp.float32)
         taps = w.astype(xp.float32).reshape(1, c, k)
         total = xp.zeros((b, c, length), dtype=xp.float32)
@@ -811,6 +829,22 @@ class CausalConvWithStateOp(Operator):
                 total *= 1 / (1 + xp.exp(-total))
         outputs[0][...] = total
         outputs[1][...] = sequence[:, :, length:]
+
+    def _run_exact(
+        self, xp: Any, sequence: Array, w: Array, bias: Array | None, out: Array
+    ) -> None:
+        b, c, length = out.shape
+        k = w.shape[2]
+        values, taps = widen(xp, sequence), widen(xp, w).reshape(1, c, k)
+        total = xp.zeros((b, c, length), dtype=xp.float64)
+        with np.errstate(all="ignore"):
+            for j in range(k):
+                total += taps[:, :, j : j + 1] * values[:, :, j : j + length]
+            if bias is not None:
+                total += widen(xp, bias).reshape(1, c, 1)
+            if self.activation != "none":
+                total = exact_activations.swish(xp, total, 1.0)
+        store(xp, out, total)
 
 
 # -- gated activations ----------------------------------------------------------------------
