@@ -12,28 +12,22 @@ from decimal import Context, Decimal
 from typing import Any
 
 from onemodel.backends.exact_arrays import erf64, exp64, ordered_extremum, ordered_sum
-from onemodel.backends.exact_elementary import erfc_far64, expm1_64, sigmoid64, softplus64, tanh64
+from onemodel.backends.exact_elementary import (
+    PI,
+    erfc_far64,
+    expm1_64,
+    sigmoid64,
+    softplus64,
+    tanh64,
+)
 
 Array = Any
-
-
-def _pi(context: Context) -> Decimal:
-    """π by Machin's formula 16·atan(1/5) − 4·atan(1/239), each atan by its Taylor series."""
-
-    def atan_inverse(n: int) -> Decimal:
-        total, power, k = Decimal(0), context.divide(1, n), 0
-        while power != 0:
-            total += context.divide(power, 2 * k + 1) * (-1 if k % 2 else 1)
-            power, k = context.divide(power, n * n), k + 1
-        return total
-
-    return 16 * atan_inverse(5) - 4 * atan_inverse(239)
 
 
 _CONTEXT = Context(prec=60)
 _SQRT_HALF = float(_CONTEXT.sqrt(Decimal(2)) / 2)
 # Gelu's tanh form as x / (1 + exp(−2u)), u = √(2/π)·(x + 0.044715·x³): the factor 2·√(2/π).
-_TWO_SQRT_TWO_OVER_PI = float(2 * _CONTEXT.sqrt(_CONTEXT.divide(2, _pi(_CONTEXT))))
+_TWO_SQRT_TWO_OVER_PI = float(2 * _CONTEXT.sqrt(_CONTEXT.divide(2, PI)))
 _GELU_CUBIC = 0.044715
 # Below x = −3 (erfc's argument above 2.12) 1 + erf(x/√2) would cancel: erfc's continued
 # fraction takes over.
