@@ -73,12 +73,21 @@ def test_exact_bits_on_a_flushing_backend_are_numpy_references(name: str, backen
         pytest.skip(f"fast mode fails it too ({EXPECTED_FAILURES[name]}): {error.kind.name}")
     assert all(_same_bits(a, b) for a, b in zip(got, want, strict=True))
     if name not in EXPECTED_FAILURES:
-        _assert_close_to_expected(case, want)
+        _assert_close_to_expected(case, want, name)
 
 
-def _assert_close_to_expected(case, outputs: list) -> None:
+# Cases whose expected values carry their generator's own float32 rounding where exact mode's
+# float64 result is near the true value: name → (atol, why).
+ROUNDED_EXPECTATIONS = {
+    name: (1e-6, "the reference's float32 FFT leaves 1.9e-7 where the exact value is 3e-15")
+    for name in ("test_dft_inverse", "test_dft_inverse_opset19")
+}
+
+
+def _assert_close_to_expected(case, outputs: list, name: str = "") -> None:
     """onnx's runner tolerances (conformance_cases.run_case): rtol 1e-3 (bfloat16 1e-2),
-    atol 1e-7; sequences element by element."""
+    atol 1e-7 (or ROUNDED_EXPECTATIONS'); sequences element by element."""
+    atol = ROUNDED_EXPECTATIONS.get(name, (1e-7, ""))[0]
     named = [o for o, n in zip(outputs, case.model.graph.output, strict=True) if n.name]
     for index, (result, expected) in enumerate(zip(named, case.outputs, strict=True)):
         results, expecteds = (
@@ -87,7 +96,7 @@ def _assert_close_to_expected(case, outputs: list) -> None:
         for got, want in zip(results, expecteds, strict=True):
             want = np.asarray(want)
             rtol = 1e-2 if want.dtype.name == "bfloat16" else 1e-3
-            assert_same(np.asarray(got), want, rtol=rtol, atol=1e-7, label=f"output {index}")
+            assert_same(np.asarray(got), want, rtol=rtol, atol=atol, label=f"output {index}")
 
 
 def test_the_sweep_compares_most_cases_rather_than_skipping_them() -> None:
