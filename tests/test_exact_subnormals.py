@@ -130,6 +130,36 @@ def _activation_cases(
         "pow": ("Pow", [np.abs(small), np.float32([1.0, 1.02, 1.0, 0.999, 1.0, 1.05])], {}, 15),
         "sum": ("Sum", [image, tiny_values(rng, 6), small], {}, 13),
         "mean": ("Mean", [image, small], {}, 13),
+        "reduce_l1": ("ReduceL1", [image], {"axes": [1, 3]}, 13),
+        "reduce_l2": ("ReduceL2", [image], {"axes": [2]}, 13),
+        "reduce_sum_square": ("ReduceSumSquare", [image], {"axes": [3]}, 13),
+        "reduce_prod": ("ReduceProd", [image], {"axes": [1]}, 13),
+        "reduce_log_sum_exp": ("ReduceLogSumExp", [image], {"axes": [3]}, 13),
+        "argmax": ("ArgMax", [image], {"axis": 3}, 13),
+        "argmin": ("ArgMin", [image], {"axis": 1, "select_last_index": 1}, 13),
+        "cumsum": ("CumSum", [image, np.int64(2)], {}, 14),
+        "hardmax": ("Hardmax", [image], {"axis": -1}, 13),
+        "instance_norm": ("InstanceNormalization", [small, *_channel_affine(rng)], {}, 6),
+        "conv_transpose": (
+            "ConvTranspose",
+            [small, rng.standard_normal((3, 4, 3, 3)).astype(np.float32)],
+            {"strides": [2, 2]},
+            11,
+        ),
+        "resize_linear": (
+            "Resize",
+            [image, np.float32([]), np.float32([1, 1, 2, 1.5])],
+            {"mode": "linear"},
+            13,
+        ),
+        "einsum": (
+            "Einsum",
+            [tiny_values(rng, 5, 7), tiny_values(rng, 7, 3)],
+            {"equation": "ij,jk->ik"},
+            12,
+        ),
+        "sin": ("Sin", [image], {}, 7),
+        "atan": ("Atan", [image], {}, 7),
         "mod": (
             "Mod",
             [small, np.float32([2.0**-128, 3.0, -(2.0**-130), 1.0, 2.0, -TINY])],
@@ -137,6 +167,11 @@ def _activation_cases(
             13,
         ),
     }
+
+
+def _channel_affine(rng: np.random.Generator) -> list[np.ndarray]:
+    """Scale and bias for three channels, the bias subnormal."""
+    return [np.float32([2.0**-4, 1.0, -0.5]), tiny_values(rng, 3)]
 
 
 def _batch_norm_parameters(rng: np.random.Generator) -> list[np.ndarray]:
