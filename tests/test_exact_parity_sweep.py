@@ -100,7 +100,8 @@ def _assert_close_to_expected(case, outputs: list, name: str = "") -> None:
 
 
 def test_the_sweep_compares_most_cases_rather_than_skipping_them() -> None:
-    """538 of the 636 cases are accepted (and so compared) with onnx 1.23."""
+    """1199 of the 1341 cases are accepted (and so compared) with onnx 1.23; the others use
+    element types CuPy lacks (strings, bfloat16, float8, float4, int4, int2)."""
     options = SessionOptions(mode=ExecutionMode.EXACT, backend="checked-device")
     accepted = 0
     for case in CASES.values():
@@ -109,4 +110,4 @@ def test_the_sweep_compares_most_cases_rather_than_skipping_them() -> None:
         except SessionError:
             continue
         accepted += 1
-    assert accepted >= 500
+    assert accepted >= 1150
