@@ -1,8 +1,10 @@
 """Exact mode on a flushing backend — the checked-device stand-in, which flushes float32
 subnormals as CuPy does, and CuPy itself on a GPU machine: every single-node ONNX conformance
 case of an operator exact mode accepts must give the bits numpy-reference gives (NaN canonical
-on both). Cases exact mode refuses at session creation (element types CuPy lacks, types an
-exact kernel does not take) are skipped, and a separate test makes sure most are compared.
+on both), and numpy-reference's exact outputs must be within the conformance tolerances of
+ONNX's expected outputs (where fast mode passes the case). Cases exact mode refuses at session
+creation (element types CuPy lacks, types an exact kernel does not take) are skipped, and a
+separate test makes sure most are compared.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conformance_cases import node_cases
-from conformance_expected import RANDOM_OUTPUTS
+from conformance_expected import EXPECTED_FAILURES, RANDOM_OUTPUTS
+from operator_harness import assert_same
 
 from onemodel import ExecutionMode, Session, SessionError, SessionOptions
 from onemodel.backends import BackendUnavailableError, KernelPaths
@@ -62,12 +65,43 @@ def test_exact_bits_on_a_flushing_backend_are_numpy_references(name: str, backen
         reference, session = _exact_session(case, "numpy-reference"), _exact_session(case, backend)
     except SessionError as error:
         pytest.skip(f"exact mode refuses it here: {error.kind.name}")
-    want, got = _outputs(reference, case), _outputs(session, case)
+    try:
+        want, got = _outputs(reference, case), _outputs(session, case)
+    except SessionError as error:  # a run that fast mode fails as well is not exact mode's
+        if name not in EXPECTED_FAILURES:
+            raise
+        pytest.skip(f"fast mode fails it too ({EXPECTED_FAILURES[name]}): {error.kind.name}")
     assert all(_same_bits(a, b) for a, b in zip(got, want, strict=True))
+    if name not in EXPECTED_FAILURES:
+        _assert_close_to_expected(case, want, name)
+
+
+# Cases whose expected values carry their generator's own float32 rounding where exact mode's
+# float64 result is near the true value: name → (atol, why).
+ROUNDED_EXPECTATIONS = {
+    name: (1e-6, "the reference's float32 FFT leaves 1.9e-7 where the exact value is 3e-15")
+    for name in ("test_dft_inverse", "test_dft_inverse_opset19")
+}
+
+
+def _assert_close_to_expected(case, outputs: list, name: str = "") -> None:
+    """onnx's runner tolerances (conformance_cases.run_case): rtol 1e-3 (bfloat16 1e-2),
+    atol 1e-7 (or ROUNDED_EXPECTATIONS'); sequences element by element."""
+    atol = ROUNDED_EXPECTATIONS.get(name, (1e-7, ""))[0]
+    named = [o for o, n in zip(outputs, case.model.graph.output, strict=True) if n.name]
+    for index, (result, expected) in enumerate(zip(named, case.outputs, strict=True)):
+        results, expecteds = (
+            (result, expected) if isinstance(expected, list) else ([result], [expected])
+        )
+        for got, want in zip(results, expecteds, strict=True):
+            want = np.asarray(want)
+            rtol = 1e-2 if want.dtype.name == "bfloat16" else 1e-3
+            assert_same(np.asarray(got), want, rtol=rtol, atol=atol, label=f"output {index}")
 
 
 def test_the_sweep_compares_most_cases_rather_than_skipping_them() -> None:
-    """538 of the 636 cases are accepted (and so compared) with onnx 1.23."""
+    """1199 of the 1341 cases are accepted (and so compared) with onnx 1.23; the others use
+    element types CuPy lacks (strings, bfloat16, float8, float4, int4, int2)."""
     options = SessionOptions(mode=ExecutionMode.EXACT, backend="checked-device")
     accepted = 0
     for case in CASES.values():
@@ -76,4 +110,4 @@ def test_the_sweep_compares_most_cases_rather_than_skipping_them() -> None:
         except SessionError:
             continue
         accepted += 1
-    assert accepted >= 500
+    assert accepted >= 1150

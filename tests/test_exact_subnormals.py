@@ -99,7 +99,79 @@ def _cases() -> dict[str, tuple[str, list[np.ndarray], dict, int]]:
             17,
         ),
         "batch_norm": ("BatchNormalization", [small, *_batch_norm_parameters(rng)], {}, 15),
+        **_activation_cases(rng, image, small),
     }
+
+
+def _activation_cases(
+    rng: np.random.Generator, image: np.ndarray, small: np.ndarray
+) -> dict[str, tuple[str, list[np.ndarray], dict, int]]:
+    """The float64-formula activations: subnormal inputs, and inputs whose results are
+    subnormal (sigmoid and softplus of x near −100, a reciprocal of x near 2^127)."""
+    deep = (rng.random((4, 9)) * -15 - 88).astype(np.float32)
+    return {
+        "sigmoid": ("Sigmoid", [np.concatenate([deep.ravel(), image.ravel()])], {}, 13),
+        "tanh": ("Tanh", [image], {}, 13),
+        "softplus": ("Softplus", [deep], {}, 13),
+        "softsign": ("Softsign", [image], {}, 13),
+        "mish": ("Mish", [image], {}, 18),
+        "elu": ("Elu", [image], {"alpha": 0.5}, 13),
+        "selu": ("Selu", [image], {}, 13),
+        "celu": ("Celu", [image], {"alpha": 2.0}, 13),
+        "leaky_relu": ("LeakyRelu", [image], {"alpha": 0.1}, 16),
+        "thresholded_relu": ("ThresholdedRelu", [image], {"alpha": float(TINY)}, 10),
+        "prelu": ("PRelu", [image, np.float32([0.25, -0.5, 3.0, 2.0**-3, 1.0, 0.0])], {}, 16),
+        "hard_sigmoid": ("HardSigmoid", [image], {"alpha": 2.0**-10, "beta": 0.0}, 6),
+        "hard_swish": ("HardSwish", [image], {}, 14),
+        "clip": ("Clip", [image, np.float32(-TINY / 2), np.float32(TINY / 4)], {}, 13),
+        "gelu": ("Gelu", [image], {}, 20),
+        "gelu_tanh": ("Gelu", [image], {"approximate": "tanh"}, 20),
+        "reciprocal": ("Reciprocal", [np.float32(rng.random(12) * 2.0**127 + 2.0**126)], {}, 13),
+        "pow": ("Pow", [np.abs(small), np.float32([1.0, 1.02, 1.0, 0.999, 1.0, 1.05])], {}, 15),
+        "sum": ("Sum", [image, tiny_values(rng, 6), small], {}, 13),
+        "mean": ("Mean", [image, small], {}, 13),
+        "reduce_l1": ("ReduceL1", [image], {"axes": [1, 3]}, 13),
+        "reduce_l2": ("ReduceL2", [image], {"axes": [2]}, 13),
+        "reduce_sum_square": ("ReduceSumSquare", [image], {"axes": [3]}, 13),
+        "reduce_prod": ("ReduceProd", [image], {"axes": [1]}, 13),
+        "reduce_log_sum_exp": ("ReduceLogSumExp", [image], {"axes": [3]}, 13),
+        "argmax": ("ArgMax", [image], {"axis": 3}, 13),
+        "argmin": ("ArgMin", [image], {"axis": 1, "select_last_index": 1}, 13),
+        "cumsum": ("CumSum", [image, np.int64(2)], {}, 14),
+        "hardmax": ("Hardmax", [image], {"axis": -1}, 13),
+        "instance_norm": ("InstanceNormalization", [small, *_channel_affine(rng)], {}, 6),
+        "conv_transpose": (
+            "ConvTranspose",
+            [small, rng.standard_normal((3, 4, 3, 3)).astype(np.float32)],
+            {"strides": [2, 2]},
+            11,
+        ),
+        "resize_linear": (
+            "Resize",
+            [image, np.float32([]), np.float32([1, 1, 2, 1.5])],
+            {"mode": "linear"},
+            13,
+        ),
+        "einsum": (
+            "Einsum",
+            [tiny_values(rng, 5, 7), tiny_values(rng, 7, 3)],
+            {"equation": "ij,jk->ik"},
+            12,
+        ),
+        "sin": ("Sin", [image], {}, 7),
+        "atan": ("Atan", [image], {}, 7),
+        "mod": (
+            "Mod",
+            [small, np.float32([2.0**-128, 3.0, -(2.0**-130), 1.0, 2.0, -TINY])],
+            {"fmod": 0},
+            13,
+        ),
+    }
+
+
+def _channel_affine(rng: np.random.Generator) -> list[np.ndarray]:
+    """Scale and bias for three channels, the bias subnormal."""
+    return [np.float32([2.0**-4, 1.0, -0.5]), tiny_values(rng, 3)]
 
 
 def _batch_norm_parameters(rng: np.random.Generator) -> list[np.ndarray]:

@@ -16,9 +16,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from onemodel.backends import exact_arrays, exact_gemm
+from onemodel.backends import exact_arrays, exact_elementary, exact_gemm
 from onemodel.backends.fp_errors import quiet
-from onemodel.backends.ieee_float32 import IeeeFloat32
+from onemodel.backends.ieee_float32 import IeeeFloat32, store
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
@@ -416,22 +416,26 @@ class ArrayKernels:
         pads: Sequence[int],
         dilations: Sequence[int],
         group: int,
+        exact: bool = False,
     ) -> None:
         """Transposed convolution of x (N, C, *S) with w (C, M/group, *K) into out (N, M, *O).
 
         Input i adds w[·, ·, k]·x[i] at output position i·stride + k·dilation − pad (`pads` are
         the leading pads): one matmul per group to columns, then one strided add per kernel
-        offset (col2im).
+        offset (col2im). `exact`: the columns by exact_matmul_arrays into float64, the adds in
+        float64 in kernel-offset row-major order from +0, rounded once into `out`.
         """
         xp = self.xp
         batch, channels, *spatial = x.shape
         groups, kernel = group, w.shape[2:]
         out_channels = out.shape[1]
         compute = xp.float32 if out.dtype in NARROW_FLOATS else out.dtype
+        if exact:
+            compute = xp.float64
         weights = w.reshape(groups, channels // groups, -1).swapaxes(1, 2)
         inputs = x.reshape(batch, groups, channels // groups, -1)
         columns = xp.empty((batch, groups, weights.shape[1], inputs.shape[-1]), dtype=compute)
-        self.matmul_arrays(weights, inputs, columns)
+        (self.exact_matmul_arrays if exact else self.matmul_arrays)(weights, inputs, columns)
         columns = columns.reshape(batch, out_channels, *kernel, *spatial)
         # `full` holds output positions from min(−pad, 0): a negative pad starts the output
         # before the first position any input reaches.
@@ -454,7 +458,7 @@ class ArrayKernels:
                 )
                 full[(..., *target)] += columns[(slice(None), slice(None), *taps)]
         crop = (slice(m + p, m + p + o) for m, p, o in zip(margins, pads, out_spatial, strict=True))
-        out[...] = full[(..., *crop)]
+        store(xp, out, full[(..., *crop)])
 
     def max_pool_arrays(
         self,
@@ -682,6 +686,11 @@ class ArrayKernels:
 
     def exact_erf_arrays(self, x: Any, out: Any) -> None:
         exact_arrays.erf_arrays(self.xp, x, out)
+
+    def exact_map_arrays(
+        self, function: Callable[..., Any], inputs: Sequence[Any], out: Any
+    ) -> None:
+        exact_elementary.map_arrays(self.xp, function, inputs, out)
 
     def exact_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
         exact_arrays.softmax_arrays(self.xp, x, axis, out)

@@ -272,7 +272,7 @@ def average_pool_arrays(
 # -- exp, log, erf -------------------------------------------------------------------------
 
 
-def _horner(xp: Any, t: Array, terms: Sequence[float]) -> Array:
+def horner(xp: Any, t: Array, terms: Sequence[float]) -> Array:
     """Σ terms[n]·t^n by Horner's rule, one rounded multiply and one rounded add per step."""
     total = xp.full(t.shape, terms[-1], dtype=xp.float64)
     for term in reversed(terms[:-1]):
@@ -290,7 +290,7 @@ def exp64(xp: Any, x: Array) -> Array:
         k = xp.rint(x * _INV_LN2)
         r = x - k * _LN2_HI
         r -= k * _LN2_LO
-        return xp.ldexp(_horner(xp, r, _EXP_TERMS), k.astype(xp.int32))
+        return xp.ldexp(horner(xp, r, _EXP_TERMS), k.astype(xp.int32))
 
 
 def log64(xp: Any, x: Array) -> Array:
@@ -303,7 +303,7 @@ def log64(xp: Any, x: Array) -> Array:
         m = xp.where(low, m * 2, m)
         e = (e - low).astype(xp.float64)
         u = (m - 1) / (m + 1)
-        series = _horner(xp, u * u, _ATANH_TERMS)
+        series = horner(xp, u * u, _ATANH_TERMS)
         series *= u
         series *= 2
         series += e * _LN2_LO
@@ -320,7 +320,7 @@ def erf64(xp: Any, x: Array) -> Array:
     with np.errstate(all="ignore"):
         a = xp.clip(x, -_ERF_LIMIT, _ERF_LIMIT)
         square = a * a
-        result = _horner(xp, square * 2, _ERF_TERMS)
+        result = horner(xp, square * 2, _ERF_TERMS)
         result *= exp64(xp, -square)
         result *= a
         result *= _TWO_OVER_SQRT_PI

@@ -89,9 +89,10 @@ def to_float64(xp: Any, x: Array) -> Array:
 def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array) -> None:
     """out[..., m, n] = Σ_k a[..., m, k]·b[..., k, n] exactly, rounded once into out's type;
     batch dims broadcast as numpy.matmul's do. `a` and `b` are arrays or `prepare`d operands;
-    float64 operands (out float64) take `ordered_matmul`."""
+    A float64 out takes `ordered_matmul` over the operands widened exactly (float32 products
+    are then exact in float64, also on a library that flushes float32 subnormals)."""
     if out.dtype == np.float64:
-        ordered_matmul(xp, _given(a), _given(b), out)
+        ordered_matmul(xp, _wide(xp, a), _wide(xp, b), out)
         return
     left = a if isinstance(a, ExactOperand) else prepare(xp, a, -1)
     right = b if isinstance(b, ExactOperand) else prepare(xp, b, -2)
@@ -156,10 +157,10 @@ def _narrowed(xp: Any, value: Array, dtype: Any) -> Array:
     return target
 
 
-def _given(x: Array | ExactOperand) -> Array:
-    """The values of an operand as given."""
+def _wide(xp: Any, x: Array | ExactOperand) -> Array:
+    """The values of an operand as given, in float64."""
     if not isinstance(x, ExactOperand):
-        return x
+        return x if x.dtype == np.float64 else to_float64(xp, x)
     return x.finite if x.values is None else x.values
 
 

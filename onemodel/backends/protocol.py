@@ -128,9 +128,18 @@ class Kernels(Protocol):
         temporaries from `scratch(shape, dtype)` when given."""
 
     def conv_transpose_arrays(
-        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        group: int,
+        exact: bool = False,
     ) -> None:
-        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias."""
+        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias
+        (`exact`: exact_matmul_arrays columns, ordered float64 col2im, one rounding)."""
 
     def max_pool_arrays(
         self,
@@ -215,6 +224,10 @@ class Kernels(Protocol):
 
     def exact_erf_arrays(self, x: Any, out: Any) -> None:
         """erf by a fixed positive series times the exact exp, in float64."""
+
+    def exact_map_arrays(self, function: Any, inputs: Any, out: Any) -> None:
+        """out = function(xp, *float64 copies of inputs) rounded once: the frame of the
+        element-wise exact formulas (exact_elementary.py, exact_activations.py)."""
 
     def exact_softmax_arrays(self, x: Any, axis: int, out: Any) -> None:
         """Softmax along `axis` from the exact max, exp and ordered sum."""

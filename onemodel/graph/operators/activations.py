@@ -11,6 +11,7 @@ import math
 from typing import Any, ClassVar
 
 from onemodel.backends import activations as kernels
+from onemodel.backends import exact_activations
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -51,41 +52,65 @@ class Relu(ElementwiseUnary):
 
 
 class Tanh(Ufunc):
-    ufunc = "tanh"
+    """Exact: exact_activations.tanh through exact_map_arrays."""
+
+    ufunc, supports_exact = "tanh", True
+
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        kernels.exact_map_arrays(exact_activations.tanh, (x,), out)
 
 
 class Sigmoid(Formula):
     """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0."""
 
     fast_kernel = (kernels.sigmoid, 0)
+    supports_exact = True
 
     def formula(self, xp: Any, x: Array) -> Array:
         return 1.0 / (1.0 + xp.exp(-x))
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.sigmoid(xp, x)
+
 
 class Softsign(Formula):
     fast_kernel = (kernels.softsign, 1)
+    supports_exact = True
 
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.absolute(x))
+
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.softsign(xp, x)
 
 
 class Softplus(Formula):
     """log(1 + exp(x)) as logaddexp(x, 0), which neither overflows nor loses small values."""
 
+    supports_exact = True
+
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.logaddexp(x, 0.0)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.softplus(xp, x)
+
 
 class Mish(Formula):
+    supports_exact = True
+
     def formula(self, xp: Any, x: Array) -> Array:
         return x * xp.tanh(xp.logaddexp(x, 0.0))
+
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.mish(xp, x)
 
 
 class WithAlpha(Formula):
     """A formula with one float attribute, `alpha`."""
 
     default_alpha: ClassVar[float]
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -102,12 +127,18 @@ class LeakyRelu(WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x < 0, x * self.alpha, x)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.leaky_relu(xp, x, self.alpha)
+
 
 class ThresholdedRelu(WithAlpha):
     default_alpha = 1.0
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x > self.alpha, x, 0.0)
+
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.thresholded_relu(xp, x, self.alpha)
 
 
 class Elu(WithAlpha):
@@ -122,6 +153,9 @@ class Elu(WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x < 0, self.alpha * xp.expm1(x), x)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.elu(xp, x, self.alpha)
+
 
 class Celu(WithAlpha):
     """max(0, x) + min(0, alpha·(exp(x/alpha) - 1)), as the spec writes it."""
@@ -135,12 +169,17 @@ class Celu(WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.maximum(x, 0.0) + xp.minimum(self.alpha * xp.expm1(x / self.alpha), 0.0)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.celu(xp, x, self.alpha)
+
 
 class Selu(Formula):
     fast_kernel = (kernels.exp_linear, 1)
 
     def fast_parameters(self) -> tuple:
         return (1.0, self.gamma * self.alpha, self.gamma)
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -150,8 +189,13 @@ class Selu(Formula):
     def formula(self, xp: Any, x: Array) -> Array:
         return self.gamma * xp.where(x <= 0, self.alpha * xp.expm1(x), x)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.selu(xp, x, self.alpha, self.gamma)
+
 
 class HardSigmoid(Formula):
+    supports_exact = True
+
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.alpha = float(node.attr("alpha", 0.2))
@@ -165,14 +209,21 @@ class HardSigmoid(Formula):
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.clip(x * self.alpha + self.beta, 0.0, 1.0)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.hard_sigmoid(xp, x, self.alpha, self.beta)
+
 
 class HardSwish(Formula):
     """x · HardSigmoid(x) with alpha = 1/6 and beta = 1/2."""
 
     fast_kernel = (kernels.hard_swish, 1)
+    supports_exact = True
 
     def formula(self, xp: Any, x: Array) -> Array:
         return x * xp.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)
+
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.hard_swish(xp, x)
 
 
 class Gelu(Formula):
@@ -182,6 +233,8 @@ class Gelu(Formula):
     onnxruntime evaluates it); "tanh": the tanh
     approximation x/2·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x / (1 + exp(-2u)),
     which is the same function without that cancellation."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -198,12 +251,16 @@ class Gelu(Formula):
         wide = x.astype(xp.float64)
         return 0.5 * wide * erfc(xp, -wide * math.sqrt(0.5))
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return (exact_activations.gelu_tanh if self.tanh else exact_activations.gelu)(xp, x)
+
 
 class Shrink(Formula):
     """x + bias below -lambd, x - bias above lambd, else 0. Integer inputs compute in float64
     and truncate toward zero, as a C cast of the float result would."""
 
     types = NUMERIC
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -216,14 +273,21 @@ class Shrink(Formula):
         shrunk = xp.where(x > self.lambd, x - self.bias, 0.0)
         return xp.where(x < -self.lambd, x + self.bias, shrunk)
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.shrink(xp, x, self.lambd, self.bias)
+
 
 class PRelu(Operator):
     """slope·x for x < 0, else x; the slope broadcasts unidirectionally to x (opset 7 on).
 
     Opsets 1 and 6 had Caffe2's rule, which exported models rely on: a 1-D slope as long as x's
-    axis 1 holds one slope per channel. Other slopes follow the later rule there too."""
+    axis 1 holds one slope per channel. Other slopes follow the later rule there too.
+
+    Exact: a compare, one correctly rounded product and a selection, through ctx.xp's
+    functions (float16 and bfloat16 products are exact in the float32 their loops use)."""
 
     in_place_input = 0
+    supports_exact = True
     types: ClassVar[frozenset[int]] = NUMERIC
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
@@ -240,7 +304,7 @@ class PRelu(Operator):
         if per_channel is not None:
             slope = slope.reshape(per_channel)
         with quiet():
-            xp.copyto(outputs[0], xp.where(x < 0, x * slope, x))
+            xp.copyto(outputs[0], xp.where(xp.less(x, 0), xp.multiply(x, slope), x))
 
     def _per_channel_shape(
         self, x: tuple[int, ...], slope: tuple[int, ...]
@@ -255,9 +319,11 @@ class Clip(Operator):
     """min(max(x, low), high): a low above high gives high everywhere, as the spec says.
 
     Before opset 11 the bounds are the attributes `min` and `max`; from 11 they are optional
-    scalar inputs. A missing bound does not clip (the spec's numeric_limits defaults)."""
+    scalar inputs. A missing bound does not clip (the spec's numeric_limits defaults).
+    Exact: a max and a min, selections."""
 
     in_place_input = 0
+    supports_exact = True
     types: ClassVar[frozenset[int]] = NUMERIC
 
     def __init__(self, node: NodeInfo) -> None:

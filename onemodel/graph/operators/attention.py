@@ -10,13 +10,18 @@ on purpose is kept: attention scales Q and K by √scale *cast to Q's type* (the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from onemodel.backends import exact_activations
+from onemodel.backends.exact_arrays import exp64
+from onemodel.backends.exact_elementary import tanh64
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
@@ -30,6 +35,8 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
+from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.normalization import exact_affine
 from onemodel.graph.operators.unary import FLOATS, widened
 from onemodel.tensors import DType, numpy_dtype_for_onnx
 from onemodel.tensors.shapes import TensorShapeError, broadcast_shapes
@@ -56,6 +63,58 @@ def _bad(node: NodeInfo, index: int, message: str) -> Exception:
 # -- scaled dot-product attention -----------------------------------------------------------
 
 
+class AttentionMath:
+    """The numerics of the attention family in fast mode: the working type `compute` (float32,
+    or float64 for double operands), the library's matmul, tanh and the in-place softmax."""
+
+    exact = False
+
+    def __init__(self, xp: Any, compute: Any) -> None:
+        self.xp, self.compute = xp, compute
+
+    def cast(self, x: Array) -> Array:
+        return x.astype(self.compute)
+
+    def matmul(self, a: Array, b: Array) -> Array:
+        return self.xp.matmul(a, b)
+
+    def tanh(self, x: Array) -> Array:
+        return self.xp.tanh(x)
+
+    def softmax(self, scores: Array) -> Array:
+        return DotProductAttention._softmax(self.xp, scores)
+
+    def store(self, out: Array, value: Array) -> None:
+        out[...] = value
+
+
+class ExactAttentionMath(AttentionMath):
+    """Exact mode's: float64 from exactly widened operands, products by exact_matmul_arrays
+    into float64, tanh64 and the exact softmax (exact_activations.masked_softmax), every
+    output rounded once."""
+
+    exact = True
+
+    def __init__(self, kernels: Any) -> None:
+        super().__init__(kernels.xp, kernels.xp.float64)
+        self.kernels = kernels
+
+    def cast(self, x: Array) -> Array:
+        return widen(self.xp, x)
+
+    def matmul(self, a: Array, b: Array) -> Array:
+        return exact_product(self.kernels, a, b)
+
+    def tanh(self, x: Array) -> Array:
+        return tanh64(self.xp, x)
+
+    def softmax(self, scores: Array) -> Array:
+        return exact_activations.masked_softmax(self.xp, scores)
+
+    def store(self, out: Array, value: Array) -> None:
+        store(self.xp, out, value)
+
+
 class DotProductAttention(Operator):
     """Scores Q·Kᵀ, a softmax over the keys and the weighted sum of V, for (B, H, S, D) inputs.
 
@@ -64,26 +123,27 @@ class DotProductAttention(Operator):
     """
 
     @staticmethod
-    def _grouped_scores(xp: Any, q: Array, k: Array) -> Array:
+    def _grouped_scores(xp: Any, q: Array, k: Array, matmul: Any = None) -> Array:
         """q (B, Hq, Sq, D) · k (B, Hkv, T, D)ᵀ → (B, Hq, Sq, T), in their (equal) type."""
         b, hq, sq, d = q.shape
         hkv = k.shape[1]
         grouped = q.reshape(b, hkv, hq // hkv, sq, d)
-        scores = xp.matmul(grouped, xp.swapaxes(k, -1, -2)[:, :, None])
+        scores = (matmul or xp.matmul)(grouped, xp.swapaxes(k, -1, -2)[:, :, None])
         return scores.reshape(b, hq, sq, k.shape[2])
 
     @staticmethod
-    def _grouped_values(xp: Any, probs: Array, v: Array) -> Array:
+    def _grouped_values(xp: Any, probs: Array, v: Array, matmul: Any = None) -> Array:
         """probs (B, Hq, Sq, T) · v (B, Hkv, T, Dv) → (B, Hq, Sq, Dv)."""
         b, hq, sq, t = probs.shape
         hkv = v.shape[1]
         grouped = probs.reshape(b, hkv, hq // hkv, sq, t)
-        return xp.matmul(grouped, v[:, :, None]).reshape(b, hq, sq, v.shape[3])
+        return (matmul or xp.matmul)(grouped, v[:, :, None]).reshape(b, hq, sq, v.shape[3])
 
     @staticmethod
-    def _scaled(xp: Any, x: Array, root: float, compute: Any) -> Array:
+    def _scaled(ops: AttentionMath, x: Array, root: float) -> Array:
         """x · √scale in the working type; √scale was rounded to x's type as the spec does."""
-        return x.astype(compute) * compute(root)
+        with np.errstate(all="ignore"):
+            return ops.cast(x) * ops.compute(root)
 
     @staticmethod
     def _root_scale(scale: float | None, head_size: int, dtype: Any) -> float:
@@ -129,8 +189,11 @@ class AttentionOp(DotProductAttention):
     and qk_matmul_output. Masks combine as the spec's additive bias: a boolean mask, the causal
     frontier (bottom-right aligned by the cache offset), the sliding window (25) and the
     padding of nonpad_kv_seqlen each make keys −inf; a float mask is added. A query row with
-    every key masked gives zeros (the errata of onnx 1.23), not NaN.
+    every key masked gives zeros (the errata of onnx 1.23), not NaN. Exact: ExactAttentionMath
+    (float64 throughout, whatever softmax_precision says), each output rounded once.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -265,10 +328,15 @@ class AttentionOp(DotProductAttention):
         for index, present in ((1, k), (2, v)):
             if wanted[index]:
                 outputs[index][...] = present
-        y = self._attend(xp, q, k, v, mask, nonpad, past_key, outputs[3] if wanted[3] else None)
+        ops = (
+            ExactAttentionMath(ctx.kernels)
+            if ctx.exact
+            else AttentionMath(xp, compute_dtype(xp, q, v))
+        )
+        y = self._attend(ops, q, k, v, mask, nonpad, past_key, outputs[3] if wanted[3] else None)
         if packed:
             y = xp.swapaxes(y, 1, 2).reshape(outputs[0].shape)
-        outputs[0][...] = y
+        ops.store(outputs[0], y)
 
     @staticmethod
     def _unpack(x: Array, heads: int) -> Array:
@@ -277,42 +345,43 @@ class AttentionOp(DotProductAttention):
         return x.reshape(b, s, heads, hidden // heads).swapaxes(1, 2)
 
     def _attend(
-        self, xp: Any, q: Array, k: Array, v: Array, mask: Array | None, nonpad: Array | None,
-        past_key: Array | None, qk_out: Array | None,
+        self, ops: AttentionMath, q: Array, k: Array, v: Array, mask: Array | None,
+        nonpad: Array | None, past_key: Array | None, qk_out: Array | None,
     ) -> Array:  # fmt: skip
         """Y (B, Hq, Sq, Dv) in the working type; writes qk_matmul_output when asked."""
-        compute = compute_dtype(xp, q, v)
+        xp, compute = ops.xp, ops.compute
         root = self._root_scale(self.scale, q.shape[-1], q.dtype)
         scores = self._grouped_scores(
-            xp, self._scaled(xp, q, root, compute), self._scaled(xp, k, root, compute)
+            xp, self._scaled(ops, q, root), self._scaled(ops, k, root), ops.matmul
         )
         if qk_out is not None and self.mode == 0:
-            qk_out[...] = scores
+            ops.store(qk_out, scores)
         if self.softcap > 0:
-            scores = xp.tanh(scores / compute(self.softcap)) * compute(self.softcap)
+            scores = ops.tanh(scores / compute(self.softcap)) * compute(self.softcap)
         if qk_out is not None and self.mode == 1:
-            qk_out[...] = scores
+            ops.store(qk_out, scores)
         past = 0 if past_key is None else past_key.shape[2]
-        bias = self._bias(xp, mask, nonpad, scores.shape, past, compute)
+        bias = self._bias(xp, mask, nonpad, scores.shape, past, compute, ops.cast)
         if bias is not None:
             scores = scores + bias
         if qk_out is not None and self.mode == 2:
-            qk_out[...] = scores
-        probs = self._probabilities(xp, scores)
+            ops.store(qk_out, scores)
+        probs = self._probabilities(ops, scores)
         if bias is not None and scores.shape[-1]:
             masked_rows = xp.max(bias, axis=-1, keepdims=True) == _NEG_INF
             probs = xp.where(masked_rows, compute(0), probs)
         if qk_out is not None and self.mode == 3:
-            qk_out[...] = probs
-        return self._grouped_values(xp, probs, v.astype(compute))
+            ops.store(qk_out, probs)
+        return self._grouped_values(xp, probs, ops.cast(v), ops.matmul)
 
-    def _probabilities(self, xp: Any, scores: Array) -> Array:
+    def _probabilities(self, ops: AttentionMath, scores: Array) -> Array:
         """The softmax, in softmax_precision where that is narrower or wider than the working
-        type (scores rounded to it before, probabilities after)."""
+        type (scores rounded to it before, probabilities after); exact: in float64."""
+        xp = ops.xp
         if scores.shape[-1] == 0:
             return scores
-        if self.softmax_type is None:
-            return self._softmax(xp, scores)
+        if self.softmax_type is None or ops.exact:
+            return ops.softmax(scores)
         precision = numpy_dtype_for_onnx(self.softmax_type)
         if precision.itemsize > scores.dtype.itemsize:
             return self._softmax(xp, scores.astype(precision))
@@ -323,15 +392,16 @@ class AttentionOp(DotProductAttention):
 
     def _bias(
         self, xp: Any, mask: Array | None, nonpad: Array | None, shape: tuple[int, ...],
-        past: int, compute: Any,
+        past: int, compute: Any, cast: Any,
     ) -> Array | None:  # fmt: skip
-        """The additive bias, broadcastable to (B, Hq, Sq, T), or None when nothing masks."""
+        """The additive bias, broadcastable to (B, Hq, Sq, T), or None when nothing masks
+        (`cast`: a float mask into the working type)."""
         bias = None
         if mask is not None:
             bias = (
                 xp.where(mask, compute(0), compute(_NEG_INF))
                 if mask.dtype == np.bool_
-                else mask.astype(compute)
+                else cast(mask)
             )
             bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
             short = shape[-1] - bias.shape[-1]
@@ -421,9 +491,8 @@ class FlexAttentionOp(DotProductAttention):
             precision = numpy_dtype_for_onnx(self.softmax_type)
         compute = xp.float64 if precision == np.float64 else xp.float32
         root = self._root_scale(self.scale, q.shape[-1], q.dtype)
-        scores = self._grouped_scores(
-            xp, self._scaled(xp, q, root, compute), self._scaled(xp, k, root, compute)
-        )
+        ops = AttentionMath(xp, compute)
+        scores = self._grouped_scores(xp, self._scaled(ops, q, root), self._scaled(ops, k, root))
         captured = dict(zip(self.node.captured, inputs[3:], strict=True))
         if self.score_mod is not None:
             scores = self._modified(ctx, self.score_mod, scores, precision, captured)
@@ -454,9 +523,13 @@ class LinearAttentionOp(Operator):
     the delta rule on the decayed state. o = scale·qᵀS, each K/V head (and its state) shared by
     Hq / Hkv consecutive query heads. The state is kept in float32 (float64 is not a type of
     this operator) and rounded into present_state, of past_state's type or else query's.
+    Exact: the same recurrence in float64 from exactly widened inputs, e^g by exp64, every
+    product Sᵀk and qᵀS by the exact matmul into float64, each other step one float64
+    operation; both outputs rounded once.
     """
 
     RULES = ("linear", "gated", "delta", "gated_delta")
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -508,38 +581,43 @@ class LinearAttentionOp(Operator):
         return [ctx.output(ctx.dtype(0), (b, t, self.q_heads * dv)), ctx.output(state_type, state)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
+        exact = ctx.exact
+        xp = ctx.kernels.xp if exact else ctx.xp
+        work = xp.float64 if exact else xp.float32
+        matmul = functools.partial(exact_product, ctx.kernels) if exact else xp.matmul
+        exp = functools.partial(exp64, xp) if exact else xp.exp
         query, key, value, past, decay, beta = (*inputs[:6], *[None] * (6 - len(inputs[:6])))
         b, t, _ = query.shape
         hkv, group = self.kv_heads, self.q_heads // self.kv_heads
         dk = query.shape[2] // self.q_heads
 
         def heads(x: Array, count: int) -> Array:
-            """(B, T, H·D) → (B, T, H, D) in float32."""
-            return x.astype(xp.float32).reshape(b, t, count, x.shape[2] // count)
+            """(B, T, H·D) → (B, T, H, D) in the working type."""
+            values = widen(xp, x) if exact else x.astype(work)
+            return values.reshape(b, t, count, x.shape[2] // count)
 
         q, k, v = heads(query, self.q_heads), heads(key, hkv), heads(value, hkv)
         q = q.reshape(b, t, hkv, group, dk)
-        gates = None if decay is None else xp.exp(heads(decay, hkv))  # (B, T, Hkv, 1 | dk)
+        gates = None if decay is None else exp(heads(decay, hkv))  # (B, T, Hkv, 1 | dk)
         rates = None if beta is None else heads(beta, beta.shape[2])  # (B, T, Hkv | 1, 1)
-        state = (
-            xp.zeros(outputs[1].shape, dtype=xp.float32)
-            if past is None
-            else past.astype(xp.float32)
-        )
+        if past is None:
+            state = xp.zeros(outputs[1].shape, dtype=work)
+        else:
+            state = widen(xp, past) if exact else past.astype(work)
         scale = self.scale or (1 / math.sqrt(dk) if dk else 1.0)
-        result = xp.empty((b, t, hkv, group, v.shape[-1]), dtype=xp.float32)
-        for step in range(t):
-            k_t, v_t = k[:, step], v[:, step]
-            if gates is not None:
-                state *= gates[:, step][..., None]
-            if rates is not None:
-                retrieved = xp.matmul(k_t[:, :, None], state)[:, :, 0]  # Sᵀk: (B, Hkv, dv)
-                v_t = rates[:, step] * (v_t - retrieved)
-            state += k_t[..., :, None] * v_t[..., None, :]
-            result[:, step] = xp.matmul(q[:, step], state) * xp.float32(scale)
-        outputs[0][...] = result.reshape(outputs[0].shape)
-        outputs[1][...] = state
+        result = xp.empty((b, t, hkv, group, v.shape[-1]), dtype=work)
+        with np.errstate(all="ignore"):
+            for step in range(t):
+                k_t, v_t = k[:, step], v[:, step]
+                if gates is not None:
+                    state *= gates[:, step][..., None]
+                if rates is not None:
+                    retrieved = matmul(k_t[:, :, None], state)[:, :, 0]  # Sᵀk: (B, Hkv, dv)
+                    v_t = rates[:, step] * (v_t - retrieved)
+                state += k_t[..., :, None] * v_t[..., None, :]
+                result[:, step] = matmul(q[:, step], state) * work(scale)
+        store(xp, outputs[0], result.reshape(outputs[0].shape))
+        store(xp, outputs[1], state)
 
 
 # -- normalization and positions ------------------------------------------------------------
@@ -549,8 +627,11 @@ class RMSNormalizationOp(Operator):
     """RMSNormalization (opset 23): X / √(mean(X²) + ε) · scale over the axes from `axis` on.
 
     The statistics are computed in stash_type, but never narrower than float32; the output
-    has scale's element type (V), as the schema says.
+    has scale's element type (V), as the schema says. Exact: in float64 whatever stash_type
+    says, inv_rms = 1 / sqrt(Σ x·x / n + ε) (ordered sum), x · inv_rms · scale, rounded once.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -570,9 +651,16 @@ class RMSNormalizationOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         xp = ctx.xp
         x, scale = inputs[:2]
+        axes = tuple(range(self.axis % x.ndim, x.ndim))
+        if ctx.exact:
+            _, inv_rms = exact_affine(
+                ctx.kernels.xp, x, axes, self.epsilon, scale, None, outputs[0], centered=False
+            )
+            if len(outputs) > 1:  # SimplifiedLayerNormalization's statistic
+                store(ctx.kernels.xp, outputs[1], inv_rms)
+            return
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32
         values = x.astype(compute)
-        axes = tuple(range(self.axis % x.ndim, x.ndim))
         with quiet():
             mean_square = xp.mean(values * values, axis=axes, keepdims=True)
             values /= xp.sqrt(mean_square + compute(self.epsilon))
@@ -586,8 +674,11 @@ class RotaryEmbeddingOp(Operator):
 
     Pairs are the two halves of the rotated features, or neighbours when interleaved. X is
     (B, H, S, D), or (B, S, H·D) with num_heads; the caches are (B, S, d/2), or (P, d/2) rows
-    picked by position_ids (B, S).
+    picked by position_ids (B, S). Exact: cos·x₁ − sin·x₂ and sin·x₁ + cos·x₂ in float64 from
+    exactly widened values, rounded once.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -638,7 +729,8 @@ class RotaryEmbeddingOp(Operator):
         return [ctx.output(ctx.dtype(0), x)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        cast = functools.partial(widen, xp) if ctx.exact else functools.partial(widened, xp)
         x, cos, sin = inputs[:3]
         positions = inputs[3] if len(inputs) > 3 else None
         out = outputs[0]
@@ -650,18 +742,19 @@ class RotaryEmbeddingOp(Operator):
             cache_axis = 1
         if positions is not None:
             cos, sin = self._rows(ctx, cos, positions), self._rows(ctx, sin, positions)
-        cos = xp.expand_dims(widened(xp, cos), cache_axis)
-        sin = xp.expand_dims(widened(xp, sin), cache_axis)
+        cos = xp.expand_dims(cast(cos), cache_axis)
+        sin = xp.expand_dims(cast(sin), cache_axis)
         rotary = self.rotary_dim or x.shape[-1]
-        rotated = widened(xp, x[..., :rotary])
+        rotated = cast(x[..., :rotary])
         if self.interleaved:
             first, second = rotated[..., 0::2], rotated[..., 1::2]
             out_first, out_second = out[..., 0:rotary:2], out[..., 1:rotary:2]
         else:
             first, second = rotated[..., : rotary // 2], rotated[..., rotary // 2 :]
             out_first, out_second = out[..., : rotary // 2], out[..., rotary // 2 : rotary]
-        out_first[...] = cos * first - sin * second
-        out_second[...] = sin * first + cos * second
+        with np.errstate(all="ignore"):
+            store(xp, out_first, cos * first - sin * second)
+            store(xp, out_second, sin * first + cos * second)
         out[..., rotary:] = x[..., rotary:]
 
     def _rows(self, ctx: RunContext, cache: Array, positions: Array) -> Array:
@@ -681,7 +774,11 @@ class CausalConvWithStateOp(Operator):
 
     The input is prefixed by past_state (zeros when absent); present_state is the last k − 1
     positions of that sequence. Sums run in float32 (float64 is not a type of this operator).
+    Exact: in float64 from exactly widened values, the taps' products summed from +0 in tap
+    order, + bias, SiLU as x · sigmoid64(x), rounded once.
     """
+
+    supports_exact = True
 
     ACTIVATIONS = ("none", "silu", "swish")
 
@@ -716,6 +813,10 @@ class CausalConvWithStateOp(Operator):
         if past is None:
             past = xp.zeros((b, c, k - 1), dtype=x.dtype)
         sequence = xp.concatenate((past, x), axis=2)
+        if ctx.exact:
+            self._run_exact(ctx.kernels.xp, sequence, w, bias, outputs[0])
+            outputs[1][...] = sequence[:, :, length:]
+            return
         values = sequence.astype(xp.float32)
         taps = w.astype(xp.float32).reshape(1, c, k)
         total = xp.zeros((b, c, length), dtype=xp.float32)
@@ -729,6 +830,22 @@ class CausalConvWithStateOp(Operator):
         outputs[0][...] = total
         outputs[1][...] = sequence[:, :, length:]
 
+    def _run_exact(
+        self, xp: Any, sequence: Array, w: Array, bias: Array | None, out: Array
+    ) -> None:
+        b, c, length = out.shape
+        k = w.shape[2]
+        values, taps = widen(xp, sequence), widen(xp, w).reshape(1, c, k)
+        total = xp.zeros((b, c, length), dtype=xp.float64)
+        with np.errstate(all="ignore"):
+            for j in range(k):
+                total += taps[:, :, j : j + 1] * values[:, :, j : j + length]
+            if bias is not None:
+                total += widen(xp, bias).reshape(1, c, 1)
+            if self.activation != "none":
+                total = exact_activations.swish(xp, total, 1.0)
+        store(xp, out, total)
+
 
 # -- gated activations ----------------------------------------------------------------------
 
@@ -741,9 +858,15 @@ class SwishOp(WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.exp(-self.alpha * x))
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.swish(xp, x, self.alpha)
+
 
 class SwiGLUOp(Operator):
-    """SwiGLU (opset 28): Swish_alpha(A) · B for A and B of one shape (no broadcasting)."""
+    """SwiGLU (opset 28): Swish_alpha(A) · B for A and B of one shape (no broadcasting).
+    Exact: exact_activations.swish(A) · B in float64, rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -760,10 +883,16 @@ class SwiGLUOp(Operator):
         return [ctx.output(ctx.dtype(0), ctx.shape(0))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:
+            ctx.kernels.exact_map_arrays(self._exact, inputs, outputs[0])
+            return
         xp = ctx.xp
         gate, linear = widened(xp, inputs[0]), widened(xp, inputs[1])
         with quiet():
             outputs[0][...] = gate / (1.0 + xp.exp(-self.alpha * gate)) * linear
+
+    def _exact(self, xp: Any, gate: Array, linear: Array) -> Array:
+        return exact_activations.swish(xp, gate, self.alpha) * linear
 
 
 DEFS: tuple[OpDef, ...] = (

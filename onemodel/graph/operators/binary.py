@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -86,11 +87,19 @@ class ElementwiseBinary(Operator):
         # Overflow, x/0 and friends have results ONNX or IEEE define; warnings would only make
         # the backends behave differently.
         with quiet():
-            self.compute(ctx.xp, a, b, outputs[0])
+            if ctx.exact:
+                self.compute_exact(ctx.kernels, a, b, outputs[0])
+            else:
+                self.compute(ctx.xp, a, b, outputs[0])
 
     def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
         """Fill `out`, which may be the same array as `a` (and `b`, when a is b)."""
         raise NotImplementedError
+
+    def compute_exact(self, kernels: Any, a: Array, b: Array, out: Array) -> None:
+        """`compute` in exact mode: the same through exact mode's namespace, for kernels that
+        are one correctly rounded operation or a selection; those built from more override it."""
+        self.compute(kernels.exact_xp, a, b, out)
 
     def _legacy_shape_of_b(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         """B's shape padded with 1s to A's rank at `axis`, which NumPy then broadcasts."""
@@ -164,10 +173,14 @@ class Pow(ElementwiseBinary):
     round once. Integer bases with integer exponents are exact (wrapping like repeated
     multiplication); a negative exponent gives trunc(a^b): 1 for a = 1, ±1 for a = -1, else 0
     (also for 0^-n, which has no integer value). With a float exponent the float64 power is
-    truncated toward zero."""
+    truncated toward zero.
+
+    Exact: integer powers as above (exact by nature); otherwise exact_elementary.pow64 on
+    float64 copies, rounded once (truncated for an integer base)."""
 
     types = FLOATS | {DType.INT32, DType.INT64}
     second_types = NUMERIC
+    supports_exact = True
 
     def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
         if a.dtype.kind == "i" and b.dtype.kind in "iu":
@@ -178,6 +191,18 @@ class Pow(ElementwiseBinary):
             wide = xp.float32 if _exact_in_float32(a.dtype, b.dtype) else xp.float64
             result = xp.power(a.astype(wide), b.astype(wide))
         xp.copyto(out, result, casting="unsafe")
+
+    def compute_exact(self, kernels: Any, a: Array, b: Array, out: Array) -> None:
+        if a.dtype.kind == "i" and b.dtype.kind in "iu":
+            self.compute(kernels.exact_xp, a, b, out)
+        elif a.dtype.kind == "i":
+            kernels.exact_map_arrays(_truncated_power, (a, b), out)
+        else:
+            kernels.exact_map_arrays(pow64, (a, b), out)
+
+
+def _truncated_power(xp: Any, a: Array, b: Array) -> Array:
+    return xp.trunc(pow64(xp, a, b))
 
 
 def _exact_in_float32(*dtypes: Any) -> bool:
@@ -202,7 +227,10 @@ class Mod(ElementwiseBinary):
     C's fmod, with the dividend's sign. Integer x mod 0 is 0, where C leaves it undefined.
 
     Float floor remainders are built from fmod, which is exact, as NumPy's own loop does: CuPy's
-    `remainder` gives NaN for a finite x mod ±inf, where opset 28 says x or the divisor."""
+    `remainder` gives NaN for a finite x mod ±inf, where opset 28 says x or the divisor.
+    Exact: fmod is exact, and the move by one divisor one correctly rounded addition."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -224,17 +252,20 @@ def _floor_remainder(xp: Any, a: Array, b: Array) -> Array:
     """fmod moved by one divisor where its sign differs from the divisor's; a zero remainder
     takes the divisor's sign (one rounding: r + b)."""
     remainder = xp.fmod(a, b)
-    moved = (remainder != 0) & ((remainder < 0) != (b < 0))
-    remainder = xp.where(moved, remainder + b, remainder)
-    return xp.where(remainder == 0, xp.copysign(xp.zeros_like(remainder), b), remainder)
+    moved = xp.not_equal(remainder, 0) & (xp.less(remainder, 0) != xp.less(b, 0))
+    remainder = xp.where(moved, xp.add(remainder, b), remainder)
+    zero = xp.equal(remainder, 0)
+    return xp.where(zero, xp.copysign(xp.zeros_like(remainder), b), remainder)
 
 
 class BitShift(ElementwiseBinary):
     """Shifts by amounts outside 0 .. bits-1 give what the sign extension alone gives (-1 for a
     right shift of a negative value, else 0), as opset 28 defines for every backend; signed types
-    shift arithmetically right. Opsets 11-27 define unsigned types only, where this agrees."""
+    shift arithmetically right. Opsets 11-27 define unsigned types only, where this agrees.
+    Exact: integer operations."""
 
     types = INTEGERS
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -314,7 +345,10 @@ class Xor(Logical):
 
 
 class Bitwise(BinaryUfunc):
+    """Exact: integer operations."""
+
     types = INTEGERS
+    supports_exact = True
 
 
 class BitwiseAnd(Bitwise):
@@ -327,6 +361,20 @@ class BitwiseOr(Bitwise):
 
 class BitwiseXor(Bitwise):
     ufunc = "bitwise_xor"
+
+
+def ordered_total(xp: Any, *inputs: Array) -> Array:
+    """Σ inputs in float64 from the first, in input order (broadcast)."""
+    first, *rest = inputs
+    total = xp.empty(xp.broadcast_shapes(*(x.shape for x in inputs)), dtype=xp.float64)
+    total[...] = first
+    for x in rest:
+        total += x
+    return total
+
+
+def ordered_mean(xp: Any, *inputs: Array) -> Array:
+    return ordered_total(xp, *inputs) / len(inputs)
 
 
 class Variadic(Operator):
@@ -356,6 +404,9 @@ class Variadic(Operator):
         xp, out = ctx.xp, outputs[0]
         fold = getattr(xp, self.ufunc)
         first, *rest = inputs
+        if ctx.exact and self.exact_formula is not None:
+            ctx.kernels.exact_map_arrays(self.exact_formula, inputs, out)
+            return
         with quiet():
             if not rest:
                 xp.copyto(out, first)
@@ -374,6 +425,10 @@ class Variadic(Operator):
     def finish(self, xp: Any, out: Array, count: int) -> None:
         """A last step on the folded result."""
 
+    # Exact mode's float64 formula of all inputs (exact_map_arrays), where the fold would round
+    # more than once.
+    exact_formula: ClassVar[Any] = None
+
 
 class Max(Variadic):
     """Exact: every element is one of the inputs' (NaN wins), for any number of inputs."""
@@ -388,11 +443,17 @@ class Min(Variadic):
 
 
 class Sum(Variadic):
-    ufunc, types = "add", FLOATS
+    """Exact: the float64 sum from the first input in input order, rounded once."""
+
+    ufunc, types, supports_exact = "add", FLOATS, True
+    exact_formula = staticmethod(ordered_total)
 
 
 class Mean(Variadic):
-    ufunc, types = "add", FLOATS
+    """Exact: Sum's float64 sum divided once by the count, rounded once."""
+
+    ufunc, types, supports_exact = "add", FLOATS, True
+    exact_formula = staticmethod(ordered_mean)
 
     def finish(self, xp: Any, out: Array, count: int) -> None:
         xp.divide(out, count, out=out)

@@ -14,9 +14,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from onemodel.backends import exact_activations
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators import activations
 from onemodel.graph.operators.attention import (
+    AttentionMath,
     DotProductAttention,
+    ExactAttentionMath,
     RMSNormalizationOp,
     RotaryEmbeddingOp,
 )
@@ -32,8 +36,9 @@ from onemodel.graph.operators.base import (
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
 from onemodel.graph.operators.conv import SlidingWindows, conv_channels, conv_group
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.graph.operators.matmul import as_matrices, matmul_shape
-from onemodel.graph.operators.normalization import Standardization
+from onemodel.graph.operators.normalization import Standardization, exact_affine
 from onemodel.graph.operators.quantize import DynamicQuantizeLinearOp, QuantizedProduct
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS, Formula, widened
 from onemodel.tensors import DType
@@ -61,12 +66,17 @@ class QuickGelu(activations.WithAlpha):
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.exp(-self.alpha * x))
 
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        return exact_activations.swish(xp, x, self.alpha)
+
 
 class BiasActivation(Operator):
     """An activation of X + bias, the bias (optional for FastGelu) broadcasting to X's last
-    axis; the sum is formed widened and the activation's formula applied before one rounding."""
+    axis; the sum is formed widened and the activation's formula applied before one rounding.
+    Exact: the float64 sum, then the activation's exact formula, rounded once."""
 
     in_place_input = 0
+    supports_exact = True
     activation: ClassVar[type[Formula]]
     approximate: ClassVar[str]
 
@@ -89,6 +99,10 @@ class BiasActivation(Operator):
         return [ctx.output(ctx.dtype(0), ctx.shape(0))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:
+            given = [x for x in inputs if x is not None]
+            ctx.kernels.exact_map_arrays(self._exact, given, outputs[0])
+            return
         xp = ctx.xp
         x = widened(xp, inputs[0])
         bias = inputs[1] if len(inputs) > 1 else None
@@ -96,6 +110,9 @@ class BiasActivation(Operator):
             if bias is not None:
                 x = x + widened(xp, bias)
             xp.copyto(outputs[0], self.formula.formula(xp, x), casting="unsafe")
+
+    def _exact(self, xp: Any, x: Array, bias: Array | None = None) -> Array:
+        return self.formula.exact_formula(xp, x if bias is None else x + bias)
 
 
 class FastGelu(BiasActivation):
@@ -121,7 +138,10 @@ class BiasGelu(BiasActivation):
 class FusedMatMul(Operator):
     """alpha · op(A) · op(B): transA/transB swap the last two axes; transBatchA/transBatchB
     first move axis 0 behind the batch axes (so a (M, B…, K) operand multiplies as (B…, M, K)),
-    which is how onnxruntime folds a Transpose into the product."""
+    which is how onnxruntime folds a Transpose into the product. Exact: the exact matmul
+    rounded once, then alpha one rounded product (Gemm's rule)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -153,7 +173,8 @@ class FusedMatMul(Operator):
         (out,) = outputs
         batch = out.shape[: max(a.ndim, b.ndim) - 2]
         product = out.reshape(*batch, a.shape[-2], b.shape[-1])
-        ctx.kernels.matmul_arrays(a, b, product)
+        kernels = ctx.kernels
+        (kernels.exact_matmul_arrays if ctx.exact else kernels.matmul_arrays)(a, b, product)
         if self.alpha != 1.0:
             xp.multiply(product, product.dtype.type(self.alpha), out=product)
 
@@ -186,7 +207,11 @@ def _activation(node: NodeInfo, name: str, params: list[float]) -> Operator | No
 
 class FusedConv(Operator):
     """activation(Conv(X, W, B) + Z): Conv's attributes and checks, then the optional sum
-    input Z (of Y's shape) and a fused activation applied in place."""
+    input Z (of Y's shape) and a fused activation applied in place. Exact: the same bits as
+    the unfused Conv, Add and activation (exact conv, then one rounded add each, then the
+    activation's exact path)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -216,10 +241,11 @@ class FusedConv(Operator):
         if out.size == 0:
             return
         placement = self.windows.place(x.shape[2:], w.shape[2:])
-        ctx.kernels.conv_arrays(
-            x, w, out, placement.strides, placement.pads_begin, placement.dilations,
-            self.group, scratch=ctx.scratch,
-        )  # fmt: skip
+        window = (placement.strides, placement.pads_begin, placement.dilations, self.group)
+        if ctx.exact:
+            ctx.kernels.exact_conv_arrays(x, w, out, *window)
+        else:
+            ctx.kernels.conv_arrays(x, w, out, *window, scratch=ctx.scratch)
         with np.errstate(all="ignore"):
             if bias is not None:
                 xp.add(out, bias.reshape(-1, *(1,) * (out.ndim - 2)), out=out)
@@ -239,7 +265,11 @@ class SkipNormalization(Standardization):
     statistics' shape) and the sum input + skip + bias itself. The skip is input's shape or
     broadcasts to it from its last two axes; gamma, beta and bias are 1-D of the hidden size.
     `root_mean_square` drops the centring (the "simplified", RMS form, which has no beta).
+    Exact: the sum (input + skip) + bias in float64, standardize64 of it over the last axis,
+    · gamma (+ beta), each output rounded once from its float64 value.
     """
+
+    supports_exact = True
 
     root_mean_square: ClassVar[bool]
 
@@ -283,6 +313,9 @@ class SkipNormalization(Standardization):
         x, skip, gamma = given[0], given[1], given[2]
         beta = None if self.root_mean_square else given[3]
         bias = given[3] if self.root_mean_square else given[4]
+        if ctx.exact:
+            self._run_exact(ctx.kernels.xp, x, skip, gamma, beta, bias, outputs)
+            return
         compute = _working_type(xp, x.dtype)
         total = x.astype(compute) + skip.astype(compute)
         if bias is not None:
@@ -296,6 +329,31 @@ class SkipNormalization(Standardization):
         )  # fmt: skip
         for out, statistic in zip(outputs[1:3], (mean, inv_std), strict=False):
             out[...] = statistic
+
+    def _run_exact(
+        self,
+        xp: Any,
+        x: Array,
+        skip: Array,
+        gamma: Array,
+        beta: Array | None,
+        bias: Array | None,
+        outputs: Any,
+    ) -> None:
+        with np.errstate(all="ignore"):
+            total = widen(xp, x) + widen(xp, skip)
+            if bias is not None:
+                total += widen(xp, bias)
+        if len(outputs) > 3:
+            store(xp, outputs[3], total)
+        mean, inv_std = exact_affine(
+            xp, total, (total.ndim - 1,), self.epsilon, gamma, beta, outputs[0],
+            centered=not self.root_mean_square,
+        )  # fmt: skip
+        if mean is None:  # the RMS form's mean output is zero, as in fast mode
+            mean = xp.zeros_like(inv_std)
+        for out, statistic in zip(outputs[1:3], (mean, inv_std), strict=False):
+            store(xp, out, statistic)
 
     def _statistics(self, xp: Any, total: Array, compute: Any) -> tuple[Array, Array, Array]:
         if not self.root_mean_square:
@@ -332,6 +390,9 @@ class SimplifiedLayerNormalization(RMSNormalizationOp):
         return specs
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:  # RMSNormalization's exact recipe, which also writes the statistic
+            super().run(ctx, inputs, outputs)
+            return
         xp = ctx.xp
         x, scale = inputs[:2]
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32
@@ -355,7 +416,11 @@ class HeadsAttention(DotProductAttention):
 
     Masked keys get mask_filter_value added (not −inf), as onnxruntime does; `unidirectional`
     sets the future keys' scores to the lowest float, so a query whose past keys are all masked
-    still attends to them evenly rather than to its future."""
+    still attends to them evenly rather than to its future. Exact: ExactAttentionMath (float64
+    throughout; the lowest float is float64's), the projections by the exact matmul, the
+    output rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -405,19 +470,20 @@ class HeadsAttention(DotProductAttention):
         return additive
 
     def _attend(
-        self, xp: Any, q: Array, k: Array, v: Array, additive: Array, bias: Array | None
-    ) -> Array:
+        self, ops: AttentionMath, q: Array, k: Array, v: Array, additive: Array,
+        bias: Array | None,
+    ) -> Array:  # fmt: skip
         """softmax(q·kᵀ·scale + additive (+ bias))·v for (B, N, S, H) heads → (B, S, N·Hv)."""
-        compute = _working_type(xp, q.dtype)
+        xp, compute = ops.xp, ops.compute
         scale = self.scale if self.scale is not None else 1 / math.sqrt(q.shape[-1])
         with np.errstate(all="ignore"):
-            scores = xp.matmul(q.astype(compute), xp.swapaxes(k.astype(compute), -1, -2))
+            scores = ops.matmul(ops.cast(q), xp.swapaxes(ops.cast(k), -1, -2))
             scores *= compute(scale)
             scores += additive
             if bias is not None:
-                scores += bias.astype(compute)
-            probs = self._softmax(xp, scores)
-            context = xp.matmul(probs, v.astype(compute))
+                scores += ops.cast(bias)
+            probs = ops.softmax(scores)
+            context = ops.matmul(probs, ops.cast(v))
         b, n, s, h = context.shape
         return xp.transpose(context, (0, 2, 1, 3)).reshape(b, s, n * h)
 
@@ -485,13 +551,13 @@ class ContribAttention(HeadsAttention):
         return [ctx.output(ctx.dtype(0), (batch, queries, sizes[2]))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
         given = list(inputs) + [None] * 6
         x, w, bias, mask, attention_bias = given[0], given[1], given[2], given[3], given[5]
-        compute = _working_type(xp, x.dtype)
-        projected = xp.matmul(x.astype(compute), w.astype(compute))
+        ops = _attention_math(ctx, x.dtype)
+        xp, compute = ops.xp, ops.compute
+        projected = ops.matmul(ops.cast(x), ops.cast(w))
         if bias is not None:
-            projected += bias.astype(compute)
+            projected += ops.cast(bias)
         dq, dk, _ = self._split(w.shape[1])
         q, k, v = (
             self._heads(xp, part, self.heads)
@@ -502,7 +568,7 @@ class ContribAttention(HeadsAttention):
             )
         )
         additive = self._key_mask(xp, mask, (x.shape[0], 1, x.shape[1], x.shape[1]), compute)
-        outputs[0][...] = self._attend(xp, q, k, v, additive, attention_bias)
+        ops.store(outputs[0], self._attend(ops, q, k, v, additive, attention_bias))
 
 
 class MultiHeadAttention(HeadsAttention):
@@ -537,26 +603,35 @@ class MultiHeadAttention(HeadsAttention):
         return [ctx.output(ctx.dtype(0), (q[0], q[1], v[2]))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
         given = list(inputs) + [None] * 6
         q, k, v, bias, mask, attention_bias = given[:6]
-        compute = _working_type(xp, q.dtype)
-        q, k, v = (x.astype(compute) for x in (q, k, v))
+        ops = _attention_math(ctx, q.dtype)
+        xp, compute = ops.xp, ops.compute
+        q, k, v = (ops.cast(x) for x in (q, k, v))
         if bias is not None:
             d = q.shape[2]
-            bias = bias.astype(compute)
+            bias = ops.cast(bias)
             q, k, v = q + bias[:d], k + bias[d : 2 * d], v + bias[2 * d :]
         heads = [self._heads(xp, x, self.heads) for x in (q, k, v)]
         shape = (q.shape[0], 1, q.shape[1], k.shape[1])
-        outputs[0][...] = self._attend(xp, *heads, self._key_mask(xp, mask, shape, compute),
-                                       attention_bias)  # fmt: skip
+        additive = self._key_mask(xp, mask, shape, compute)
+        ops.store(outputs[0], self._attend(ops, *heads, additive, attention_bias))
+
+
+def _attention_math(ctx: RunContext, dtype: Any) -> AttentionMath:
+    """Exact mode's attention numerics, or fast mode's in the working type of `dtype`."""
+    if ctx.exact:
+        return ExactAttentionMath(ctx.kernels)
+    return AttentionMath(ctx.xp, _working_type(ctx.xp, dtype))
 
 
 class ContribRotaryEmbedding(Operator):
     """RotaryEmbedding (com.microsoft): ONNX's rotation (its operator runs it) with inputs
     (input, position_ids, cos_cache, sin_cache). position_ids are (B, S) rows of the caches, or
     one (1,) offset p meaning rows p … p + S − 1. A 3-D (B, S, N·H) input without num_heads has
-    heads of the rotated size 2 · cache columns."""
+    heads of the rotated size 2 · cache columns. Exact: RotaryEmbedding's."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -618,7 +693,9 @@ class ContribRotaryEmbedding(Operator):
 class DynamicQuantizeMatMul(QuantizedProduct):
     """A (float32) quantized to uint8 as DynamicQuantizeLinear does, times the int8/uint8 B
     shifted by its zero point, rescaled by both scales (b's per tensor or per column), plus the
-    optional bias (N,). The integer product is exact (float64)."""
+    optional bias (N,). The integer product is exact (float64). Exact: the quantization's and
+    the integer product's rules, then (a_scale · b_scale), the product converted to float32 and
+    multiplied by it, + bias: one correctly rounded float32 operation each."""
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -650,10 +727,10 @@ class DynamicQuantizeMatMul(QuantizedProduct):
         self.quantize.run(ctx, [a], quantized)
         a_q, a_scale, a_zero = quantized
         product = self.multiply(ctx, a_q, a_zero, b, b_zero)
-        scale = a_scale * self.shaped(b_scale, b, per_row=False)
-        result = product.astype(xp.float32) * scale
+        scale = xp.multiply(a_scale, self.shaped(b_scale, b, per_row=False))
+        result = xp.multiply(product.astype(xp.float32), scale)
         if bias is not None:
-            result += bias
+            result = xp.add(result, bias)
         outputs[0][...] = result.reshape(outputs[0].shape)
 
 
@@ -661,7 +738,11 @@ class MatMulNBits(Operator):
     """A (…, K) · Bᵀ with B (N, K) stored as `bits`-bit integers in blocks of block_size along
     K, each block with its scale and zero point: B = (q − zero) · scale. Values are packed low
     bits first; the zero points are packed the same way per row of N (default 2^(bits − 1)),
-    or given as floats of A's type. g_idx (act-order) is refused."""
+    or given as floats of A's type. g_idx (act-order) is refused. Exact: the weights
+    (q − zero) · scale, one float32 rounding each; A · Wᵀ by the exact matmul rounded once
+    into the output; + bias one rounded addition."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -726,8 +807,17 @@ class MatMulNBits(Operator):
             zero = self._unpack(xp, zeros.reshape(self.n, -1), self.blocks)[..., None]
         else:
             zero = zeros.astype(xp.float32).reshape(self.n, self.blocks, 1)
-        weights = (q - zero) * scales.astype(xp.float32).reshape(self.n, self.blocks, 1)
+        weights = xp.multiply(
+            xp.subtract(q, zero), scales.astype(xp.float32).reshape(self.n, self.blocks, 1)
+        )
         weights = weights.reshape(self.n, padded)[:, : self.k]
+        if ctx.exact:
+            out = outputs[0]
+            product = exact_product(ctx.kernels, a.reshape(-1, self.k), weights.T)
+            store(ctx.kernels.xp, out, product.reshape(out.shape))
+            if bias is not None:
+                xp.add(out, bias, out=out)
+            return
         result = xp.matmul(a.astype(xp.float32), weights.T)
         if bias is not None:
             result += bias.astype(xp.float32)

@@ -267,9 +267,14 @@ class ConvOp(Convolution, PreparesConstants):
 class ConvTransposeOp(Convolution):
     """The gradient of Conv with respect to its input: each input element scatters W into the
     output. The output extent comes from `output_shape` (pads then follow), from auto_pad
-    SAME_* (input × stride), or from pads and `output_padding`."""
+    SAME_* (input × stride), or from pads and `output_padding`.
+
+    Exact: per group, the columns W^T·X by exact_matmul_arrays into float64; each output the
+    float64 sum from +0 of its columns in kernel-offset row-major order, rounded once; the bias
+    then one rounded add."""
 
     transposed = True
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -326,7 +331,9 @@ class ConvTransposeOp(Convolution):
         _, begin = self._place(x.shape[2:], w.shape[2:])
         strides = self.windows.per_axis("strides", self.windows.strides, rank, 1)
         dilations = self.windows.per_axis("dilations", self.windows.dilations, rank, 1)
-        ctx.kernels.conv_transpose_arrays(x, w, out, strides, begin, dilations, self.group)
+        ctx.kernels.conv_transpose_arrays(
+            x, w, out, strides, begin, dilations, self.group, exact=ctx.exact
+        )
         self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
 
 

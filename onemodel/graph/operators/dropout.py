@@ -27,7 +27,10 @@ _FLOAT8 = frozenset({17, 18, 19, 20})
 
 
 class Dropout(Operator):
-    """Checks shared by both forms; `infer` refuses training that would drop anything."""
+    """Checks shared by both forms; `infer` refuses training that would drop anything.
+    Exact: a copy (or view) and a mask of ones."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -85,5 +88,7 @@ def dropout(node: NodeInfo) -> Operator:
     operator = DropoutOp(node)
     return DropoutWithMaskOp(node) if operator.wants_mask else operator
 
+
+dropout.supports_exact = True  # type: ignore[attr-defined]  # both classes': for the tables
 
 DEFS: tuple[OpDef, ...] = (OpDef("Dropout", 1, dropout),)

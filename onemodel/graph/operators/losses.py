@@ -8,6 +8,11 @@ nothing; any other target outside [0, C) is refused. SoftmaxCrossEntropyLoss fir
 log-softmax of its scores along the class axis, which it may also return.
 
 float16 and bfloat16 are computed in float32 and rounded once at the end.
+
+Exact mode computes in float64 from exactly widened values: the log-softmax as LogSoftmax's
+recipe (the exact max, exp64, the ordered sum, log64), each loss −(log-probability · weight),
+the `sum` the ordered float64 sum over (N, d1, …) in row-major order, the `mean` that divided
+once by the ordered sum of the weights; every output rounded once.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.exact_arrays import exp64, log64, ordered_extremum, ordered_sum
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.axes import INDEX_TYPES
 from onemodel.graph.operators.base import (
     Array,
@@ -38,6 +45,7 @@ class ClassLikelihoodLoss(Operator):
     input 0 becomes log-probabilities."""
 
     bfloat16_since: int
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -75,8 +83,9 @@ class ClassLikelihoodLoss(Operator):
     def reduce_loss(
         self, ctx: RunContext, log_prob: Array, target: Array, weight: Array | None, out: Array
     ) -> None:
-        """Writes the (reduced) loss of `log_prob` (N, C, …) in the compute type into `out`."""
-        xp = ctx.xp
+        """Writes the (reduced) loss of `log_prob` (N, C, …) in the compute type into `out`
+        (exact mode: log_prob is float64)."""
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
         counted = xp.ones(target.shape, dtype=bool)
         if self.ignore_index is not None:
             counted = target != self.ignore_index
@@ -93,15 +102,25 @@ class ClassLikelihoodLoss(Operator):
         zero = log_prob.dtype.type(0)
         factor = counted.astype(log_prob.dtype)
         if weight is not None:
-            factor = xp.where(counted, weight.astype(log_prob.dtype)[safe], zero)
+            weight = widen(xp, weight) if ctx.exact else weight.astype(log_prob.dtype)
+            factor = xp.where(counted, weight[safe], zero)
         with np.errstate(all="ignore"):  # −inf log-probabilities and all-ignored means
             loss = xp.where(counted, -picked * factor, zero)
-            if self.reduction == "none":
+            if ctx.exact:
+                self._reduce_exact(xp, loss, factor, out)
+            elif self.reduction == "none":
                 out[...] = loss
             elif self.reduction == "sum":
                 out[...] = loss.sum()
             else:
                 out[...] = loss.sum() / factor.sum()
+
+    def _reduce_exact(self, xp: Any, loss: Array, factor: Array, out: Array) -> None:
+        if self.reduction != "none":
+            axes = tuple(range(loss.ndim))
+            total = ordered_sum(xp, loss, axes)
+            loss = total if self.reduction == "sum" else total / ordered_sum(xp, factor, axes)
+        store(xp, out, loss)
 
 
 def _compute_type(xp: Any, x: Array) -> Any:
@@ -119,7 +138,10 @@ class NegativeLogLikelihoodLossOp(ClassLikelihoodLoss):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, target = inputs[0], inputs[1]
         weight = inputs[2] if len(inputs) > 2 else None
-        log_prob = x.astype(_compute_type(ctx.xp, x), copy=False)
+        if ctx.exact:
+            log_prob = widen(ctx.kernels.xp, x)
+        else:
+            log_prob = x.astype(_compute_type(ctx.xp, x), copy=False)
         self.reduce_loss(ctx, log_prob, target, weight, outputs[0])
 
 
@@ -138,6 +160,12 @@ class SoftmaxCrossEntropyLossOp(ClassLikelihoodLoss):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         xp, scores, target = ctx.xp, inputs[0], inputs[1]
         weight = inputs[2] if len(inputs) > 2 else None
+        if ctx.exact:
+            log_prob = self._exact_log_softmax(ctx.kernels.xp, scores)
+            self.reduce_loss(ctx, log_prob, target, weight, outputs[0])
+            if len(outputs) > 1:
+                store(ctx.kernels.xp, outputs[1], log_prob)
+            return
         log_prob = scores.astype(_compute_type(xp, scores))
         with np.errstate(all="ignore"):
             if log_prob.size:
@@ -146,6 +174,18 @@ class SoftmaxCrossEntropyLossOp(ClassLikelihoodLoss):
         self.reduce_loss(ctx, log_prob, target, weight, outputs[0])
         if len(outputs) > 1:
             outputs[1][...] = log_prob
+
+    @staticmethod
+    def _exact_log_softmax(xp: Any, scores: Array) -> Array:
+        """d − log64(ordered Σ exp64(d)) along axis 1, d = x − the exact max, in float64."""
+        values = widen(xp, scores)
+        if not values.size:
+            return values
+        with np.errstate(all="ignore"):
+            values -= xp.expand_dims(ordered_extremum(xp, values, (1,), True), 1)
+            total = xp.expand_dims(ordered_sum(xp, exp64(xp, values), (1,)), 1)
+            values -= log64(xp, total)
+        return values
 
 
 DEFS: tuple[OpDef, ...] = (

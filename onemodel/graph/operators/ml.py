@@ -125,9 +125,11 @@ def regression_transformed(xp: Any, scores: Array, name: str) -> Array:
 
 class ArrayFeatureExtractorOp(Operator):
     """The elements at the indices Y (any shape, read flat) of X's last axis:
-    X.shape[:-1] + [Y.size], and [1, Y.size] for a 1-D X (onnxruntime's shape)."""
+    X.shape[:-1] + [Y.size], and [1, Y.size] for a 1-D X (onnxruntime's shape). Exact: a
+    gather."""
 
     types = NUMBERS | {STRING}
+    supports_exact = True
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         self.check_types(ctx, self.types, 0)
@@ -156,9 +158,11 @@ class ArrayFeatureExtractorOp(Operator):
 
 
 class BinarizerOp(Operator):
-    """1 where x > threshold, else 0, in x's type (NaN gives 0; onnxruntime refuses NaN)."""
+    """1 where x > threshold, else 0, in x's type (NaN gives 0; onnxruntime refuses NaN).
+    Exact: a comparison, through exact mode's namespace."""
 
     in_place_input = 0
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -169,7 +173,7 @@ class BinarizerOp(Operator):
         return [ctx.output(ctx.dtype(0), ctx.shape(0))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        ctx.xp.copyto(outputs[0], inputs[0] > self.threshold, casting="unsafe")
+        ctx.xp.copyto(outputs[0], ctx.xp.greater(inputs[0], self.threshold), casting="unsafe")
 
 
 # -- LabelEncoder ----------------------------------------------------------------------------
@@ -976,7 +980,9 @@ class ScalerOp(Operator):
 class OneHotEncoderOp(Operator):
     """float [..., categories]: 1 at each element's category. Numeric inputs are truncated to
     integers and looked up in cats_int64s; strings in cats_strings. An unknown element gives
-    zeros (zeros=1) or is refused (zeros=0)."""
+    zeros (zeros=1) or is refused (zeros=0). Exact: host lookups."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -1015,7 +1021,10 @@ class OneHotEncoderOp(Operator):
 class ImputerOp(Operator):
     """Elements equal to the replaced value (NaN matches NaN) take the imputed value of their
     feature (last axis; one value for all, or one per feature). Floats use the *_float(s)
-    attributes, integers the *_int64(s) ones."""
+    attributes, integers the *_int64(s) ones. Exact: a comparison and a selection, through
+    exact mode's namespace."""
+
+    supports_exact = True
 
     in_place_input = 0
 
@@ -1056,7 +1065,7 @@ class ImputerOp(Operator):
         if isinstance(self.replaced, float) and math.isnan(self.replaced):
             replace = xp.isnan(x)
         else:
-            replace = x == self.replaced
+            replace = xp.equal(x, self.replaced)
         imputed = xp.broadcast_to(xp.asarray(self.imputed.astype(x.dtype)), x.shape)
         xp.copyto(outputs[0], xp.where(replace, imputed, x))
 
@@ -1266,6 +1275,8 @@ class ZipMapOp(Operator):
     dicts {label: probability}, labels from classlabels_int64s (int) or classlabels_strings
     (str), probabilities Python floats. Maps are not tensors: the list is made on the host
     and its size only known when run."""
+
+    supports_exact = True  # host data movement
 
     outputs_data_dependent = True
 

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.blocking import row_blocks
+from onemodel.backends.exact_normalization import lp_normalize64, lrn64, standardize64
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -303,7 +305,11 @@ class LayerNormalizationOp(Standardization):
 
 
 class InstanceNormalizationOp(Standardization):
-    """Standardize each (sample, channel) over its spatial axes; scale and B per channel."""
+    """Standardize each (sample, channel) over its spatial axes; scale and B per channel.
+    Exact: exact_normalization.standardize64 over the spatial axes, then · scale + B, in
+    float64, rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -329,8 +335,14 @@ class InstanceNormalizationOp(Standardization):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, scale, bias = inputs[:3]
         xp = ctx.xp
-        compute = _compute_dtype(xp, x.dtype)
         shape = (-1, *(1,) * (x.ndim - 2))
+        if ctx.exact:
+            exact_affine(
+                ctx.kernels.xp, x, tuple(range(2, x.ndim)), self.epsilon,
+                scale.reshape(shape), bias.reshape(shape), outputs[0],
+            )  # fmt: skip
+            return
+        compute = _compute_dtype(xp, x.dtype)
         fast = x.dtype == compute == outputs[0].dtype == scale.dtype == bias.dtype == np.float32
         if fast and outputs[0].flags.c_contiguous:
             if x.size:
@@ -353,8 +365,11 @@ class GroupNormalizationOp(Standardization):
     """Standardize each sample's channels in `num_groups` groups of consecutive channels.
 
     Scale and bias are per group at opset 18 and per channel from opset 21, where stash_type
-    sets the precision of the statistics (float32 by default).
+    sets the precision of the statistics (float32 by default). Exact: standardize64 over each
+    group in float64 whatever stash_type says, then · scale + bias, rounded once.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -386,6 +401,9 @@ class GroupNormalizationOp(Standardization):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, scale, bias = inputs[:3]
         xp = ctx.xp
+        if ctx.exact:
+            self._run_exact(ctx.kernels.xp, x, scale, bias, outputs[0])
+            return
         compute = _compute_dtype(xp, x.dtype, numpy_dtype_for_onnx(self.stash_type))
         grouped = x.reshape(x.shape[0], self.groups, -1)
         values, _, _ = self._standardize(xp, grouped, (2,), self.epsilon, compute)
@@ -399,9 +417,44 @@ class GroupNormalizationOp(Standardization):
             bias.astype(compute).reshape(shape), outputs[0].reshape(values.shape),
         )  # fmt: skip
 
+    def _run_exact(self, xp: Any, x: Array, scale: Array, bias: Array, out: Array) -> None:
+        grouped = widen(xp, x).reshape(x.shape[0], self.groups, -1)
+        values, _, _ = standardize64(xp, grouped, (2,), self.epsilon)
+        shape = (1, self.groups, 1) if self.node.opset < 21 else (1, -1, *(1,) * (x.ndim - 2))
+        if self.node.opset >= 21:
+            values = values.reshape(x.shape)
+        with np.errstate(all="ignore"):
+            values *= widen(xp, scale).reshape(shape)
+            values += widen(xp, bias).reshape(shape)
+        store(xp, out.reshape(values.shape), values)
+
+
+def exact_affine(
+    xp: Any,
+    x: Array,
+    axes: tuple[int, ...],
+    epsilon: float,
+    scale: Array,
+    bias: Array | None,
+    out: Array,
+    centered: bool = True,
+) -> tuple[Array | None, Array]:
+    """Exact mode: out = standardize64(x) · scale (+ bias) in float64, rounded once; returns
+    the float64 mean (None uncentered) and inverse deviation."""
+    values, mean, inv_std = standardize64(xp, widen(xp, x), axes, epsilon, centered)
+    with np.errstate(all="ignore"):
+        values *= widen(xp, scale)
+        if bias is not None:
+            values += widen(xp, bias)
+    store(xp, out, values)
+    return mean, inv_std
+
 
 class LpNormalizationOp(Operator):
-    """x / ‖x‖_p along `axis` (p is 1 or 2); a zero norm gives 0 rather than NaN."""
+    """x / ‖x‖_p along `axis` (p is 1 or 2); a zero norm gives 0 rather than NaN. Exact:
+    exact_normalization.lp_normalize64, rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -418,8 +471,12 @@ class LpNormalizationOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         xp = ctx.xp
-        values = x.astype(_compute_dtype(xp, x.dtype))
         axis = self.axis % x.ndim
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            store(xp, outputs[0], lp_normalize64(xp, widen(xp, x), axis, self.p))
+            return
+        values = x.astype(_compute_dtype(xp, x.dtype))
         with np.errstate(all="ignore"):
             if self.p == 1:
                 norm = xp.sum(xp.abs(values), axis=axis, keepdims=True)
@@ -433,7 +490,10 @@ class LRNOp(Operator):
     """Local response normalization across channels (AlexNet, Inception v1):
     y = x / (bias + alpha/size · Σ x²)^beta, the sum over channels c − ⌊(size−1)/2⌋ ..
     c + ⌈(size−1)/2⌉ that exist. The window sums come from one cumulative sum over the
-    zero-padded channel axis."""
+    zero-padded channel axis. Exact: exact_normalization.lrn64 (the window added in channel
+    order, the power by pow64), rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -456,6 +516,11 @@ class LRNOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         xp = ctx.xp
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            lrn = lrn64(xp, widen(xp, x), self.size, self.alpha, self.beta, self.bias)
+            store(xp, outputs[0], lrn)
+            return
         values = x.astype(_compute_dtype(xp, x.dtype))
         before, after = (self.size - 1) // 2, self.size // 2
         squares = values * values

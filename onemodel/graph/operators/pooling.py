@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_axes
+from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -228,7 +230,11 @@ class AveragePoolOp(WindowPool):
 
 
 class LpPoolOp(WindowPool):
-    """(Σ |x|^p)^(1/p) over each window; padding adds nothing."""
+    """(Σ |x|^p)^(1/p) over each window; padding adds nothing. Exact: in float64, |x|^p as
+    |x| (p = 1), x·x (p = 2) or pow64; the window sums in AveragePool's order (exact average
+    pool with divisor 1); the root as the identity, sqrt or pow64(·, 1/p); rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -243,6 +249,9 @@ class LpPoolOp(WindowPool):
         x = inputs[0]
         (out,) = outputs
         xp = ctx.xp
+        if ctx.exact:
+            self._run_exact(ctx.kernels, x, out)
+            return
         compute = _compute_dtype(xp, out.dtype)
         powers = xp.abs(x.astype(compute))
         total = out if compute == out.dtype else xp.empty(out.shape, dtype=compute)
@@ -250,6 +259,24 @@ class LpPoolOp(WindowPool):
             xp.power(powers, self.p, out=powers)
             ctx.kernels.sum_pool_arrays(powers, total, *self._kernel_args(x))
             xp.power(total, 1.0 / self.p, out=out, casting="unsafe")
+
+    def _run_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        xp = kernels.xp
+        magnitude = xp.absolute(widen(xp, x))
+        with quiet():
+            if self.p == 2:
+                magnitude = magnitude * magnitude
+            elif self.p != 1:
+                magnitude = pow64(xp, magnitude, xp.full(magnitude.shape, self.p))
+            total = xp.empty(out.shape, dtype=xp.float64)
+            kernels.exact_average_pool_arrays(
+                magnitude, total, *self._kernel_args(x), np.ones((), np.float64)
+            )
+            if self.p == 2:
+                total = xp.sqrt(total)
+            elif self.p != 1:
+                total = pow64(xp, total, xp.full(total.shape, 1.0 / self.p))
+        store(xp, out, total)
 
 
 class GlobalPool(Operator):

@@ -13,6 +13,13 @@ values are integers of at most 9 bits, so every product and partial sum is an in
 to 32 bits as the spec allows ("accumulation may overflow if and only if in 32 bits");
 quantized outputs scale the exact sum in float64 and round once.
 
+Exact mode: the integer steps are exact by nature, and in exact mode the products go through
+the exact matmul and convolution (which give the same exact integers); the float steps are the
+fast path's, each one correctly rounded operation through exact mode's namespace (the quotient
+x / scale rounded to the scale's precision, then rint; (x − zero_point) · scale; the
+QLinear* rescaling product · (a_scale · b_scale) / y_scale in float64, then rint). Dynamic
+quantization's range is the exact max and min (compared in float64).
+
 The spec's formula adds a float zero point (float8, float4, float6) too, while onnxruntime
 ignores it when quantizing and refuses it when dequantizing; a non-zero float zero point is
 therefore refused rather than given either meaning.
@@ -28,6 +35,7 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto as T
 
+from onemodel.backends.ieee_float32 import narrow, widen
 from onemodel.graph.operators.axes import normalize_axis
 from onemodel.graph.operators.base import (
     Array,
@@ -96,7 +104,9 @@ def encode(xp: Any, values: Array, target: int, zero_point: Array | None, satura
 
 class QuantizedOperator(Operator):
     """Shared checks of the quantization family: zero points of their operand's type, size-one
-    parameters, and float zero points that must be zero."""
+    parameters, and float zero points that must be zero. Exact: see the module docstring."""
+
+    supports_exact = True
 
     def check_zero_point(self, ctx: InferContext, zero_point: int, operand: int) -> None:
         if ctx.has(zero_point) and ctx.dtype(zero_point) != ctx.dtype(operand):
@@ -272,14 +282,14 @@ class QuantizeLinearOp(LinearQuantization):
             # a float16 quotient in float32, unrounded (from 23 it follows `precision`).
             return x.astype(xp.float32) / scale.astype(xp.float32)
         if code == T.FLOAT16:
-            return x.astype(xp.float16) / scale.astype(xp.float16)
+            return xp.divide(x.astype(xp.float16), scale.astype(xp.float16))
         if code == T.BFLOAT16:
             bfloat16 = numpy_dtype_for_onnx(T.BFLOAT16)
             wide = [v.astype(bfloat16).astype(xp.float32) for v in (x, scale)]
-            return (wide[0] / wide[1]).astype(bfloat16)
+            return xp.divide(wide[0], wide[1]).astype(bfloat16)
         if code in (T.INT32, T.DOUBLE):
-            return x.astype(xp.float64) / scale.astype(xp.float64)
-        return x.astype(xp.float32) / scale.astype(xp.float32)
+            return xp.divide(widen(xp, x), widen(xp, scale))
+        return xp.divide(x.astype(xp.float32), scale.astype(xp.float32))
 
 
 class DequantizeLinearOp(LinearQuantization):
@@ -349,13 +359,16 @@ class DynamicQuantizeLinearOp(QuantizedOperator):
         xp, x = ctx.xp, inputs[0]
         zero = xp.zeros((), dtype=xp.float32)
         counted = xp.where(xp.isnan(x), zero, x)  # NaN as 0: the range holds 0 anyway
-        high = xp.maximum(xp.max(counted), zero) if x.size else zero
-        low = xp.minimum(xp.min(counted), zero) if x.size else zero
+        if ctx.exact:  # compared in float64, so a flushing backend keeps subnormals
+            counted = widen(ctx.kernels.xp, counted)
+        high = xp.maximum(narrow(xp, xp.max(counted)), zero) if x.size else zero
+        low = xp.minimum(narrow(xp, xp.min(counted)), zero) if x.size else zero
         with np.errstate(all="ignore"):
-            scale = xp.where(high == low, xp.float32(1), (high - low) / xp.float32(255))
-            point = xp.rint(xp.clip(-low / scale, 0, 255))
+            spread = xp.divide(xp.subtract(high, low), xp.float32(255))
+            scale = xp.where(xp.equal(high, low), xp.float32(1), spread)
+            point = xp.rint(xp.clip(xp.divide(xp.negative(low), scale), 0, 255))
             point = xp.where(xp.isnan(point), zero, point)
-            outputs[0][...] = encode(xp, x / scale, T.UINT8, point, saturate=True)
+            outputs[0][...] = encode(xp, xp.divide(x, scale), T.UINT8, point, saturate=True)
         outputs[1][...] = scale
         outputs[2][...] = point.astype(xp.uint8)
 
@@ -420,7 +433,10 @@ class QuantizedProduct(QuantizedOperator):
         a_matrix, b_matrix = as_matrices(a_shifted, b_shifted)
         batch = np.broadcast_shapes(a_matrix.shape[:-2], b_matrix.shape[:-2])
         product = xp.empty((*batch, a_matrix.shape[-2], b_matrix.shape[-1]), dtype=xp.float64)
-        ctx.kernels.matmul_arrays(a_matrix, b_matrix, product)
+        kernels = ctx.kernels
+        (kernels.exact_matmul_arrays if ctx.exact else kernels.matmul_arrays)(
+            a_matrix, b_matrix, product
+        )
         return product
 
 
@@ -474,11 +490,11 @@ class QLinearMatMulOp(QuantizedProduct):
         for index in (2, 5, 7):
             self.refuse_float_zero_point(ctx, inputs, index)
         product = self.multiply(ctx, a, a_zero, b, b_zero)
-        a_scale = self.shaped(a_scale, a, per_row=True).astype(xp.float64)
-        b_scale = self.shaped(b_scale, b, per_row=False).astype(xp.float64)
+        a_scale = widen(xp, self.shaped(a_scale, a, per_row=True))
+        b_scale = widen(xp, self.shaped(b_scale, b, per_row=False))
         target = onnx_code_for_numpy(out.dtype)
         with np.errstate(all="ignore"):
-            real = product * (a_scale * b_scale) / y_scale.reshape(()).astype(xp.float64)
+            real = product * (a_scale * b_scale) / widen(xp, y_scale.reshape(()))
             shift = None if target in _NARROW_FLOATS else y_zero.reshape(())
             out[...] = encode(xp, real, target, shift, saturate=True).reshape(out.shape)
 
@@ -538,7 +554,8 @@ class QuantizedConvolution(QuantizedOperator):
         w_shifted = _shift(xp, w, w_zero, xp.float64)
         placement = self.windows.place(x.shape[2:], w.shape[2:])
         total = xp.empty(out_shape, dtype=xp.float64)
-        ctx.kernels.conv_arrays(
+        kernels = ctx.kernels
+        (kernels.exact_conv_arrays if ctx.exact else kernels.conv_arrays)(
             x_shifted, w_shifted, total, placement.strides, placement.pads_begin,
             placement.dilations, self.group,
         )  # fmt: skip
@@ -590,11 +607,9 @@ class QLinearConvOp(QuantizedConvolution):
         rank = out.ndim - 1
         if bias is not None:
             total += self.per_channel(bias, rank).astype(xp.float64)
-        scale = x_scale.reshape(()).astype(xp.float64) * self.per_channel(w_scale, rank).astype(
-            xp.float64
-        )
+        scale = widen(xp, x_scale.reshape(())) * widen(xp, self.per_channel(w_scale, rank))
         with np.errstate(all="ignore"):
-            real = total * scale / y_scale.reshape(()).astype(xp.float64)
+            real = total * scale / widen(xp, y_scale.reshape(()))
             out[...] = encode(xp, real, onnx_code_for_numpy(out.dtype), y_zero.reshape(()), True)
 
 

@@ -5,6 +5,12 @@ X·Wᵀ + Wb of every time step is one matrix product per direction; the recurre
 loop over the time steps, vectorised over batch and hidden units. Work is in float32 (float64
 for double inputs), float16 and bfloat16 rounded once into the outputs.
 
+Exact mode computes everything in float64 (inputs widened exactly): every matrix product by
+exact_matmul_arrays into float64, the activations by their exact float64 formulas
+(exact_activations.py), the sums and products of the cell equations as written below, each one
+correctly rounded float64 operation in that order; Y, Y_h and Y_c are rounded once from the
+float64 states, which carry over from step to step unrounded.
+
 `sequence_lens` gives each batch entry its own length L ≤ seq_length: its steps from L on are
 zero in Y and leave the state alone, so Y_h (and Y_c) hold the state after its last valid step
 (the initial state when L = 0). A reverse direction runs from step L - 1 down to 0.
@@ -16,11 +22,15 @@ stated as an empty array and never computed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from onemodel.backends import exact_activations
+from onemodel.backends.exact_elementary import expm1_64, tanh64
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -31,6 +41,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.binary import check_same_type
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.tensors import DType
 
 _TYPES = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
@@ -63,6 +74,20 @@ _ACTIVATIONS: dict[str, tuple[Formula, float | None, float | None]] = {
     "softsign": (lambda xp, x, a, b: x / (1.0 + xp.absolute(x)), None, None),
     "softplus": (lambda xp, x, a, b: xp.logaddexp(x, 0.0), None, None),
 }
+# Exact mode's float64 formulas of the same functions.
+_EXACT_ACTIVATIONS: dict[str, Formula] = {
+    "relu": lambda xp, x, a, b: xp.maximum(x, 0.0),
+    "tanh": lambda xp, x, a, b: tanh64(xp, x),
+    "sigmoid": lambda xp, x, a, b: exact_activations.sigmoid(xp, x),
+    "affine": lambda xp, x, a, b: x * a + b,
+    "leakyrelu": lambda xp, x, a, b: exact_activations.leaky_relu(xp, x, a),
+    "thresholdedrelu": lambda xp, x, a, b: exact_activations.thresholded_relu(xp, x, a),
+    "scaledtanh": lambda xp, x, a, b: tanh64(xp, x * b) * a,
+    "hardsigmoid": lambda xp, x, a, b: exact_activations.hard_sigmoid(xp, x, a, b),
+    "elu": lambda xp, x, a, b: xp.where(x >= 0, x, expm1_64(xp, x) * a),
+    "softsign": lambda xp, x, a, b: exact_activations.softsign(xp, x),
+    "softplus": lambda xp, x, a, b: exact_activations.softplus(xp, x),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +97,26 @@ class Activation:
     formula: Formula
     alpha: float
     beta: float
+    exact_formula: Formula
 
     def __call__(self, xp: Any, x: Array) -> Array:
         return self.formula(xp, x, self.alpha, self.beta)
 
+    def exact(self) -> Activation:
+        """The same function by its exact float64 formula."""
+        return Activation(self.exact_formula, self.alpha, self.beta, self.exact_formula)
+
 
 @dataclass(frozen=True, slots=True)
 class DirectionWeights:
-    """What one direction's steps read: Rᵀ, the recurrence bias Rb and the peepholes P."""
+    """What one direction's steps read: Rᵀ, the recurrence bias Rb and the peepholes P, and
+    the matrix product to use (exact mode's, or the library's)."""
 
     recurrence: Array  # [H, gates·H]
     bias: Array  # [gates·H]
     peepholes: Array | None  # [3·H] (LSTM only)
     activations: tuple[Activation, ...]
+    matmul: Callable[[Array, Array], Array]
 
 
 def _optional(inputs: Sequence[Array | None], index: int) -> Array | None:
@@ -98,6 +130,8 @@ def _text(value: Any) -> str:
 
 class Recurrent(Operator):
     """The shared layer: attributes, shapes, the projection and the loop over time steps."""
+
+    supports_exact = True
 
     def bias_outside(self, size: int) -> int:
         """How many leading columns of Rb join X·Wᵀ + Wb once before the time loop (`step`
@@ -157,7 +191,7 @@ class Recurrent(Operator):
             formula, alpha, beta = entry
             alpha = 0.0 if alpha is None else next(alphas, alpha)
             beta = 0.0 if beta is None else next(betas, beta)
-            functions.append(Activation(formula, alpha, beta))
+            functions.append(Activation(formula, alpha, beta, _EXACT_ACTIVATIONS[name.lower()]))
         return tuple(
             tuple(functions[d * per_direction : (d + 1) * per_direction])
             for d in range(self.directions)
@@ -208,19 +242,22 @@ class Recurrent(Operator):
     # -- running --------------------------------------------------------------------------------
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
         x = inputs[_X]
-        work = xp.float64 if x.dtype == xp.float64 else xp.float32
-        x = (x if self.layout == 0 else x.transpose(1, 0, 2)).astype(work)
+        work = xp.float64 if x.dtype == xp.float64 or ctx.exact else xp.float32
+        cast = _ExactCast(xp) if ctx.exact else _Cast(work)
+        x = cast(x if self.layout == 0 else x.transpose(1, 0, 2))
         lengths = self._lengths(_optional(inputs, _LENGTHS), x.shape[0])
         y = self._time_major(outputs, 0, (1, 2, 0, 3))
         finals = [self._time_major(outputs, k, (1, 0, 2)) for k in range(1, 1 + self.states)]
+        matmul = functools.partial(exact_product, ctx.kernels) if ctx.exact else xp.matmul
         with quiet():
             for d in range(self.directions):
-                state = self._run_direction(xp, inputs, x, d, lengths, y)
+                weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact)
+                state = self._run_direction(xp, inputs, x, d, lengths, y, weights, cast)
                 for final, value in zip(finals, state, strict=True):
                     if final is not None:
-                        final[d] = value
+                        store(xp, final[d], value)
 
     def _run_direction(
         self,
@@ -230,20 +267,21 @@ class Recurrent(Operator):
         d: int,
         lengths: Array | None,
         y: Array | None,
+        weights: DirectionWeights,
+        cast: Callable[[Array], Array],
     ) -> tuple[Array, ...]:
         """Direction d over time-major x ([T, B, I], working type), writing y[:, d] when wanted;
         returns the final state."""
         steps, batch, hidden = x.shape[0], x.shape[1], inputs[_R].shape[2]
         size = self.gates * hidden
-        weights = self._direction(xp, inputs, d, size, x.dtype)
-        projected = xp.matmul(x, inputs[_W][d].astype(x.dtype).T)
+        projected = weights.matmul(x, cast(inputs[_W][d]).T)
         bias = _optional(inputs, _B)
         if bias is not None:
-            projected += bias[d, :size].astype(x.dtype)
+            projected += cast(bias[d, :size])
         outside = self.bias_outside(size)
         projected[..., :outside] += weights.bias[:outside]  # once, not once per step
         state = tuple(
-            self._initial(xp, _optional(inputs, index), d, batch, hidden, x.dtype)
+            self._initial(xp, _optional(inputs, index), d, batch, hidden, cast, x.dtype)
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
         )
         backward = self.reverse or d == 1
@@ -256,7 +294,7 @@ class Recurrent(Operator):
                 state = tuple(xp.where(valid, n, s) for n, s in zip(new, state, strict=True))
                 emitted = xp.where(valid, new[0], 0.0)
             if y is not None:
-                y[t, d] = emitted
+                store(xp, y[t, d], emitted)
         return state
 
     def _lengths(self, lengths: Array | None, steps: int) -> Array | None:
@@ -277,22 +315,39 @@ class Recurrent(Operator):
         return outputs[index] if self.layout == 0 else outputs[index].transpose(axes)
 
     def _initial(
-        self, xp: Any, given: Array | None, d: int, batch: int, hidden: int, work: Any
+        self,
+        xp: Any,
+        given: Array | None,
+        d: int,
+        batch: int,
+        hidden: int,
+        cast: Callable[[Array], Array],
+        work: Any,
     ) -> Array:
         if given is None:
             return xp.zeros((batch, hidden), dtype=work)
-        return (given[d] if self.layout == 0 else given[:, d]).astype(work)
+        return cast(given[d] if self.layout == 0 else given[:, d])
 
     def _direction(
-        self, xp: Any, inputs: Sequence[Array | None], d: int, size: int, work: Any
+        self,
+        xp: Any,
+        inputs: Sequence[Array | None],
+        d: int,
+        cast: Callable[[Array], Array],
+        matmul: Callable[[Array, Array], Array],
+        exact: bool,
     ) -> DirectionWeights:
+        size = self.gates * inputs[_R].shape[2]
         bias = _optional(inputs, _B)
         peepholes = _optional(inputs, _P)
+        recurrence = cast(inputs[_R][d])
+        activations = self.activations[d]
         return DirectionWeights(
-            inputs[_R][d].astype(work).T,
-            xp.zeros(size, dtype=work) if bias is None else bias[d, size:].astype(work),
-            None if peepholes is None else peepholes[d].astype(work),
-            self.activations[d],
+            recurrence.T,
+            xp.zeros(size, dtype=recurrence.dtype) if bias is None else cast(bias[d, size:]),
+            None if peepholes is None else cast(peepholes[d]),
+            tuple(a.exact() for a in activations) if exact else activations,
+            matmul,
         )
 
     def clipped(self, xp: Any, x: Array) -> Array:
@@ -317,7 +372,7 @@ class RNNOp(Recurrent):
     ) -> tuple[Array, ...]:
         (h,) = state
         (f,) = weights.activations
-        return (f(xp, self.clipped(xp, projected + h @ weights.recurrence)),)
+        return (f(xp, self.clipped(xp, projected + weights.matmul(h, weights.recurrence))),)
 
 
 class GRUOp(Recurrent):
@@ -342,14 +397,15 @@ class GRUOp(Recurrent):
         size = h.shape[1]
         recurrence = weights.recurrence
         if self.linear_before_reset:
-            products = h @ recurrence  # the three gates' H·Rᵀ in one product
+            products = weights.matmul(h, recurrence)  # the three gates' H·Rᵀ in one product
             zr = f(xp, self.clipped(xp, projected[:, : 2 * size] + products[:, : 2 * size]))
             z, r = zr[:, :size], zr[:, size:]
             hidden = r * (products[:, 2 * size :] + weights.bias[2 * size :])
         else:
-            zr = f(xp, self.clipped(xp, projected[:, : 2 * size] + h @ recurrence[:, : 2 * size]))
+            gates = projected[:, : 2 * size] + weights.matmul(h, recurrence[:, : 2 * size])
+            zr = f(xp, self.clipped(xp, gates))
             z, r = zr[:, :size], zr[:, size:]
-            hidden = (r * h) @ recurrence[:, 2 * size :]
+            hidden = weights.matmul(r * h, recurrence[:, 2 * size :])
         candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
         return (candidate + z * (h - candidate),)  # (1 − z)·candidate + z·h
 
@@ -371,7 +427,7 @@ class LSTMOp(Recurrent):
         h, c = state
         f, g, activation_h = weights.activations
         size = h.shape[1]
-        gates = projected + h @ weights.recurrence
+        gates = projected + weights.matmul(h, weights.recurrence)
         p = weights.peepholes
         if p is None and not self.input_forget:
             # i, o and f are adjacent and take the same function: one call for the three.
@@ -390,6 +446,26 @@ class LSTMOp(Recurrent):
             o = o + p[size : 2 * size] * c
         o = f(xp, self.clipped(xp, o))
         return o * activation_h(xp, c), c
+
+
+class _Cast:
+    """Fast mode's conversion into the working type."""
+
+    def __init__(self, work: Any) -> None:
+        self.work = work
+
+    def __call__(self, array: Array) -> Array:
+        return array.astype(self.work)
+
+
+class _ExactCast:
+    """Exact mode's: float64, float32 subnormals kept on a flushing backend."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+
+    def __call__(self, array: Array) -> Array:
+        return widen(self.xp, array)
 
 
 DEFS: tuple[OpDef, ...] = (

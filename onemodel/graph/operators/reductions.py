@@ -10,9 +10,12 @@ Accumulation types: integers keep their type for sums, products, max and min (wr
 ONNX's integer arithmetic does) and go through float64 for means, norms and logs, truncated
 back; float16 and bfloat16 are accumulated in float32.
 
-Exact mode (Sum, Mean, Max, Min): floats go through the backend's exact reductions (ordered
-float64 sums rounded once; compare and select in row-major order); integer sums, max and min
-are exact in any order and keep their fast path.
+Exact mode: floats go through the backend's exact reductions (ordered float64 sums rounded
+once; compare and select in row-major order), the others built on them in float64 (SumSquare
+Σ x·x, L1 Σ |x|, L2 sqrt(Σ x·x), Prod the ordered product from 1, LogSum log(Σ x), LogSumExp
+log(Σ exp(x − m)) + m), rounded once; integer sums, products, max and min are exact in any
+order and keep their fast path. ArgMax and ArgMin: the smallest (largest with
+select_last_index) position holding the exact extremum, or the first NaN.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onemodel.backends.array_kernels import NARROW_FLOATS
+from onemodel.backends.exact_arrays import exp64, log64, ordered_extremum, ordered_sum
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -134,7 +139,13 @@ class Reduction(Operator):
         raise NotImplementedError
 
     def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
-        """The exact-mode kernel of a reduction with `supports_exact`."""
+        """The exact-mode kernel of a reduction with `supports_exact`: by default `_exact` on a
+        float64 copy, rounded once."""
+        xp = kernels.xp
+        store(xp, out, self._exact(xp, widen(xp, values), axes).reshape(out.shape))
+
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        """The float64 result of the reduction of float64 `values` (keepdims=False)."""
         raise NotImplementedError
 
 
@@ -152,21 +163,34 @@ class ReduceSumOp(Reduction):
 
 class ReduceSumSquareOp(Reduction):
     integer_exact = True
+    supports_exact = True
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.sum(values * values, axis=axes, dtype=values.dtype)
 
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return ordered_sum(xp, values * values, axes)
+
 
 class ReduceL1Op(Reduction):
     integer_exact = True
+    supports_exact = True
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.sum(xp.abs(values), axis=axes, dtype=values.dtype)
 
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return ordered_sum(xp, xp.abs(values), axes)
+
 
 class ReduceL2Op(Reduction):
+    supports_exact = True
+
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.sqrt(xp.sum(values * values, axis=axes))
+
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return xp.sqrt(ordered_sum(xp, values * values, axes))
 
 
 class ReduceMeanOp(Reduction):
@@ -186,20 +210,35 @@ class ReduceMeanOp(Reduction):
 
 class ReduceProdOp(Reduction):
     integer_exact = True
+    supports_exact = True
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.prod(values, axis=axes, dtype=values.dtype)
+
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        """The float64 product from 1 over the reduced positions in row-major order."""
+        rows = xp.moveaxis(values, axes, tuple(range(len(axes))))
+        rows = rows.reshape(math.prod(values.shape[a] for a in axes), *rows.shape[len(axes) :])
+        total = xp.ones(rows.shape[1:], dtype=xp.float64)
+        for row in range(rows.shape[0]):
+            total *= rows[row]
+        return total
 
     def _identity(self, dtype: Any) -> Any:
         return 1
 
 
 class ReduceLogSumOp(Reduction):
+    supports_exact = True
+
     def _types(self) -> frozenset[int]:
         return super()._types() - WIDE_INTEGERS if self.node.opset >= 28 else super()._types()
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         return xp.log(xp.sum(values, axis=axes))
+
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        return log64(xp, ordered_sum(xp, values, axes))
 
     def _identity(self, dtype: Any) -> Any:
         return -np.inf
@@ -213,6 +252,12 @@ class ReduceLogSumExpOp(ReduceLogSumOp):
         peak = xp.where(xp.isfinite(peak), peak, 0)
         total = xp.sum(xp.exp(values - peak), axis=axes, keepdims=True)
         return xp.log(total) + peak
+
+    def _exact(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+        peak = ordered_extremum(xp, values, axes, largest=True)
+        peak = xp.where(xp.isfinite(peak), peak, 0.0)
+        shifted = values - xp.expand_dims(peak, axes)
+        return log64(xp, ordered_sum(xp, exp64(xp, shifted), axes)) + peak
 
 
 class ExtremumReduction(Reduction):
@@ -261,7 +306,12 @@ class ReduceMinOp(ExtremumReduction):
 
 class ArgExtremum(Operator):
     """The int64 position of the first (or, with select_last_index, last) extremum along
-    `axis`; NaN counts as the extremum, as in NumPy."""
+    `axis`; NaN counts as the extremum, as in NumPy. Exact: the extremum by xp.max/xp.min
+    of a float64 copy (a selection: order cannot matter) with NaNs set aside, then the least
+    (or greatest) position equal to it by an integer min (max), or the first (last) NaN."""
+
+    supports_exact = True
+    largest: ClassVar[bool]
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -296,6 +346,10 @@ class ArgExtremum(Operator):
         (out,) = outputs
         xp = ctx.xp
         axis = self.axis % x.ndim
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            out[...] = self._exact_find(xp, x, axis).reshape(out.shape)
+            return
         if x.dtype in NARROW_FLOATS:
             x = x.astype(xp.float32)  # exact, so positions do not change
         if self.last:
@@ -308,13 +362,40 @@ class ArgExtremum(Operator):
     def _find(self, xp: Any, values: Array, axis: int) -> Array:
         raise NotImplementedError
 
+    def _exact_find(self, xp: Any, x: Array, axis: int) -> Array:
+        return extremum_position(xp, x, axis, self.largest, self.last)
+
+
+def extremum_position(xp: Any, x: Array, axis: int, largest: bool, last: bool = False) -> Array:
+    """Exact mode's arg max (min) along `axis`, int64: the least (with `last` the greatest)
+    position equal to the extremum of a float64 copy with NaNs set aside, or of the first
+    (last) NaN where there is one. Selections and an integer min: no library tie order."""
+    floating = x.dtype.kind == "f"
+    values = widen(xp, x) if floating else x
+    extremum = xp.max if largest else xp.min
+    if floating:
+        nan = xp.isnan(values)
+        values = xp.where(nan, -xp.inf if largest else xp.inf, values)
+    hit = values == extremum(values, axis=axis, keepdims=True)
+    if floating:
+        hit = xp.where(xp.any(nan, axis=axis, keepdims=True), nan, hit)
+    length = x.shape[axis]
+    place = xp.arange(length, dtype=xp.int64).reshape((-1,) + (1,) * (x.ndim - axis - 1))
+    if last:
+        return xp.max(xp.where(hit, place, -1), axis=axis)
+    return xp.min(xp.where(hit, place, length), axis=axis)
+
 
 class ArgMaxOp(ArgExtremum):
+    largest = True
+
     def _find(self, xp: Any, values: Array, axis: int) -> Array:
         return xp.argmax(values, axis=axis)
 
 
 class ArgMinOp(ArgExtremum):
+    largest = False
+
     def _find(self, xp: Any, values: Array, axis: int) -> Array:
         return xp.argmin(values, axis=axis)
 

@@ -16,6 +16,11 @@ RoiAlign's sampling points) are a short Python loop, each tap one gather over ev
 
 Integer data are interpolated in float64 and rounded half to even, then saturated, as the
 reference's saturate_cast does; float16 and bfloat16 data are interpolated in float32.
+
+Exact mode (Resize, Upsample): the tables are host float64 arithmetic in a fixed order (their
+normalizing sums add the taps in order), the same on every machine; nearest is a gather; linear
+and cubic interpolate every float type in float64 with the float64 weights, taps summed in
+order from the first, axis after axis without rounding between them, rounded once at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.ieee_float32 import store as store_float
+from onemodel.backends.ieee_float32 import widen
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
     Array,
@@ -42,6 +49,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.graph.operators.unary import FLOATS, NUMERIC
 from onemodel.tensors import DType
 
@@ -203,7 +211,7 @@ class Interpolation:
             weights = np.clip(1 - distances, 0, 1)
         else:
             weights = cubic_kernel(distances, a)
-        return weights / weights.sum(axis=1, keepdims=True)
+        return weights / tap_sum(weights)
 
     def nearest(self, x: np.ndarray, scale: float) -> np.ndarray:
         floor = np.floor(x)
@@ -234,10 +242,15 @@ class Interpolation:
             indices = window(x, weights.shape[1])
             if self.exclude_outside:
                 weights = np.where((indices < 0) | (indices >= size), 0.0, weights)
-                total = weights.sum(axis=1, keepdims=True)
+                total = tap_sum(weights)
                 weights = weights / np.where(total == 0, 1.0, total)
         indices = np.clip(indices, 0, size - 1)
         return AxisTable(axis, indices, weights, outside)
+
+
+def tap_sum(weights: np.ndarray) -> np.ndarray:
+    """Each row's sum, the taps added in order (a fixed order, unlike NumPy's pairwise sum)."""
+    return functools.reduce(operator.add, weights.T)[:, None]
 
 
 def cubic_kernel(distance: Array, a: float, xp: Any = np) -> Array:
@@ -261,6 +274,7 @@ class InterpolationOp(Operator):
     """Resize's machinery; subclasses say how attributes and inputs give the targets."""
 
     interpolation: Interpolation
+    supports_exact = True
 
     def targets(self, shape: tuple[int, ...], read: ValueReader) -> list[AxisTarget]:
         raise NotImplementedError
@@ -307,7 +321,7 @@ class InterpolationOp(Operator):
         if self.interpolation.mode == "nearest":
             self.pick(ctx.xp, data, tables, out)
         else:
-            self.weigh(ctx.xp, data, tables, out)
+            self.weigh(ctx.xp, data, tables, out, ctx.exact)
 
     def is_identity(self, size: int, target: AxisTarget) -> bool:
         cropping = self.interpolation.transform == "tf_crop_and_resize"
@@ -331,10 +345,13 @@ class InterpolationOp(Operator):
                     store(xp, xp.asarray(self.interpolation.extrapolation), fill)
                 out[along(t.axis, xp.asarray(t.outside))] = fill
 
-    def weigh(self, xp: Any, data: Array, tables: list[AxisTable], out: Array) -> None:
-        """Linear and cubic: a weighted sum of gathered taps per axis."""
-        work = working_dtype(data.dtype)
-        result = data.astype(work, copy=False)
+    def weigh(
+        self, xp: Any, data: Array, tables: list[AxisTable], out: Array, exact: bool = False
+    ) -> None:
+        """Linear and cubic: a weighted sum of gathered taps per axis (exact: all in float64,
+        float32 data entering and leaving through their bits, see the module docstring)."""
+        work = np.dtype(np.float64) if exact else working_dtype(data.dtype)
+        result = widen(xp, data) if exact else data.astype(work, copy=False)
         for t in tables:
             trailing = (1,) * (data.ndim - t.axis - 1)
             total = None
@@ -346,7 +363,10 @@ class InterpolationOp(Operator):
             if t.outside is not None and t.outside.any():
                 total[along(t.axis, xp.asarray(t.outside))] = self.interpolation.extrapolation
             result = total
-        store(xp, result, out)
+        if exact and out.dtype.kind == "f":
+            store_float(xp, out, result)
+        else:
+            store(xp, result, out)
 
 
 class ResizeOp(InterpolationOp):
@@ -553,7 +573,14 @@ class GridSampleOp(Operator):
     the reference: nearest rounds half to even before padding; border and reflection move a
     coordinate outside [low, high] first, then fetch each tap with the padding rule; cubic uses
     a = -0.75. Except cubic with border padding, which clamps each tap only, as PyTorch (where
-    the operator comes from) and onnxruntime do: the reference also clamps the coordinate."""
+    the operator comes from) and onnxruntime do: the reference also clamps the coordinate.
+
+    Exact: the coordinates, taps and weights in float64 from the exactly widened grid (each
+    step one float64 operation as written below); each tap's weight the product of its axes'
+    weights in axis order; the taps' value · weight summed in float64 in tap order (row-major
+    over the axes), rounded once. nearest is a gather."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -594,7 +621,12 @@ class GridSampleOp(Operator):
                 self.node.inputs[0],
             )
         n, channels = data.shape[:2]
-        grid = grid.reshape(n, -1, len(sizes)).astype(working_dtype(grid.dtype), copy=False)
+        exact = ctx.exact
+        if exact:
+            xp = ctx.kernels.xp
+            grid = widen(xp, grid.reshape(n, -1, len(sizes)))
+        else:
+            grid = grid.reshape(n, -1, len(sizes)).astype(working_dtype(grid.dtype), copy=False)
         per_axis = [
             self.taps(xp, grid[:, :, len(sizes) - 1 - i], size) for i, size in enumerate(sizes)
         ]
@@ -616,16 +648,20 @@ class GridSampleOp(Operator):
                 value = xp.where(inside[:, None, :], value, xp.zeros((), dtype=value.dtype))
             xp.copyto(out.reshape(n, channels, -1), value)
             return
-        work = working_dtype(data.dtype)
+        work = np.dtype(np.float64) if exact else working_dtype(data.dtype)
         total = None
         for taps in itertools.product(*per_axis):
             value, inside = gather(taps)
             weight = math.prod(tap.weight for tap in taps)
             if inside is not None:
                 weight = xp.where(inside, weight, 0)
-            term = value.astype(work) * weight[:, None, :].astype(work)
+            value = widen(xp, value) if exact else value.astype(work)
+            term = value * weight[:, None, :].astype(work)
             total = term if total is None else xp.add(total, term, out=total)
-        store(xp, total.reshape(out.shape), out)
+        if exact and out.dtype.kind == "f":
+            store_float(xp, out, total.reshape(out.shape))
+        else:
+            store(xp, total.reshape(out.shape), out)
 
     def taps(self, xp: Any, normalized: Array, size: int) -> list[GridTap]:
         """The taps along one axis for every output position."""
@@ -682,7 +718,10 @@ def base_coordinates(size: int, align_corners: bool) -> np.ndarray:
 
 
 class AffineGridOp(Operator):
-    """AffineGrid (20): theta (N, 2, 3) or (N, 3, 4) applied to the base grid of `size`."""
+    """AffineGrid (20): theta (N, 2, 3) or (N, 3, 4) applied to the base grid of `size`.
+    Exact: the host float64 base points times θᵀ by the exact matmul, rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -714,6 +753,11 @@ class AffineGridOp(Operator):
         mesh = np.meshgrid(*axes, indexing="ij")
         # Homogeneous (x, y[, z], 1): x runs along the last axis.
         points = np.stack([*reversed(mesh), np.ones(mesh[0].shape)], axis=-1)
+        if ctx.exact:
+            points = ctx.kernels.xp.asarray(points.reshape(-1, len(spatial) + 1))
+            grid = exact_product(ctx.kernels, points, theta.transpose(0, 2, 1))
+            store_float(ctx.kernels.xp, out, grid.reshape(out.shape))
+            return
         work = working_dtype(theta.dtype)
         points = xp.asarray(points.reshape(-1, len(spatial) + 1).astype(work))
         grid = xp.matmul(points, theta.astype(work, copy=False).transpose(0, 2, 1))

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from onemodel.backends.exact_normalization import mean_variance_normalize64
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, normalize_axes, normalize_axis
 from onemodel.graph.operators.base import (
     Array,
@@ -30,6 +32,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.exact_products import exact_einsum
 from onemodel.graph.operators.unary import BOOL, FLOATS, NUMERIC, widened
 from onemodel.tensors import DType, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 
@@ -73,7 +76,10 @@ class DataDependentOperator(Operator):
 class TopKOp(Operator):
     """The k largest (or smallest) along `axis`, always sorted (any order is allowed for
     sorted = 0); equal values keep the lower index first. k is an attribute before opset 10
-    and a 1-element input after."""
+    and a 1-element input after. Exact: floats are ranked by a stable sort of a float64 copy
+    (compares of exact values; NaN counts as the largest), and the values gathered."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -113,7 +119,8 @@ class TopKOp(Operator):
         xp, x = ctx.xp, inputs[0]
         axis = normalize_axis(self.node, self.axis, x.ndim)
         k = outputs[1].shape[axis]
-        order = self.ranking(xp, x, axis)
+        ranked = widen(ctx.kernels.xp, x) if ctx.exact and x.dtype.kind == "f" else x
+        order = self.ranking(xp, ranked, axis)
         top = order[(slice(None),) * axis + (slice(0, k),)]
         outputs[1][...] = top
         outputs[0][...] = xp.take_along_axis(x, top, axis=axis)
@@ -148,7 +155,11 @@ class NonZeroOp(DataDependentOperator):
 
 class UniqueOp(DataDependentOperator):
     """Unique values (or slices along `axis`), sorted or in order of first occurrence, with
-    the first-occurrence indices, the inverse indices and the counts (all int64)."""
+    the first-occurrence indices, the inverse indices and the counts (all int64). Exact:
+    floats are compared as float64 copies, and each unique value is its first occurrence's
+    bits (so −0 and +0 give the first one)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -159,15 +170,19 @@ class UniqueOp(DataDependentOperator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
         self.check_array_types(_types_at(self.node.opset, NUMERIC | BOOL, 28), inputs[:1])
         xp, x = ctx.xp, inputs[0]
-        if self.axis is None:
-            x, axis = x.reshape(-1), 0
-            found = xp.unique(x, return_index=True, return_inverse=True, return_counts=True)
-        else:
+        axis = 0
+        if self.axis is not None:
             axis = normalize_axis(self.node, self.axis, x.ndim, value=self.node.inputs[0])
-            found = xp.unique(
-                x, return_index=True, return_inverse=True, return_counts=True, axis=axis
-            )
+        if self.axis is None:
+            x = x.reshape(-1)
+        keys = widen(ctx.kernels.xp, x) if ctx.exact and x.dtype.kind == "f" else x
+        found = xp.unique(
+            keys, return_index=True, return_inverse=True, return_counts=True,
+            **({} if self.axis is None else {"axis": axis}),
+        )  # fmt: skip
         values, first, inverse, counts = found
+        if keys is not x:
+            values = xp.take(x, first, axis=axis)
         inverse = inverse.reshape(-1)
         if not self.sorted:
             order = xp.argsort(first, kind="stable")
@@ -342,7 +357,12 @@ class NonMaxSuppressionOp(DataDependentOperator):
 
 class CumulativeOp(Operator):
     """An inclusive (or exclusive: the identity first) running reduction along the axis
-    input, forwards or in `reverse`; narrow floats accumulate in float32."""
+    input, forwards or in `reverse`; narrow floats accumulate in float32. Exact (floats): a
+    float64 running total from the identity, adding (multiplying) the elements one by one in
+    the direction of the run, each running value rounded once into the output; integers wrap
+    and are exact in any order."""
+
+    supports_exact = True
 
     accumulate: ClassVar[str]
     identity: ClassVar[int]
@@ -369,6 +389,9 @@ class CumulativeOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         xp, x = ctx.xp, widened(ctx.xp, inputs[0])
         axis = self._axis(int(_host_scalar(ctx, inputs[1])), x.ndim)
+        if ctx.exact and x.dtype.kind == "f":
+            self._run_exact(ctx.kernels.xp, inputs[0], axis, outputs[0])
+            return
         if self.reverse:
             x = xp.flip(x, axis=axis)
         if self.exclusive:
@@ -379,6 +402,21 @@ class CumulativeOp(Operator):
 
     def _axis(self, axis: int, rank: int) -> int:
         return normalize_axis(self.node, axis, rank, value=self.node.inputs[1])
+
+    def _run_exact(self, xp: Any, x: Array, axis: int, out: Array) -> None:
+        values = xp.moveaxis(widen(xp, x), axis, 0)
+        result = xp.empty(values.shape, dtype=xp.float64)
+        total = xp.full(values.shape[1:], float(self.identity), dtype=xp.float64)
+        steps = range(values.shape[0] - 1, -1, -1) if self.reverse else range(values.shape[0])
+        combine = xp.multiply if self.accumulate == "cumprod" else xp.add
+        with np.errstate(all="ignore"):
+            for step in steps:
+                if self.exclusive:
+                    result[step] = total
+                combine(total, values[step], out=total)
+                if not self.exclusive:
+                    result[step] = total
+        store(xp, out, xp.moveaxis(result, 0, axis))
 
 
 class CumSumOp(CumulativeOp):
@@ -401,7 +439,10 @@ _ELLIPSIS = "..."
 class EinsumOp(Operator):
     """Einstein summation, run by the array library on an explicit equation: the implicit
     form's output (the ellipsis, then the letters used once, in ASCII order) is written out
-    so that both backends agree. Letters of extent 1 broadcast, as in numpy.einsum."""
+    so that both backends agree. Letters of extent 1 broadcast, as in numpy.einsum. Exact
+    (floats): exact_products.exact_einsum, rounded once; integers wrap, exact by nature."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -497,8 +538,28 @@ class EinsumOp(Operator):
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         xp = ctx.xp
+        if ctx.exact and inputs[0].dtype.kind == "f":
+            terms, output = self._spelled_out(inputs)
+            result = exact_einsum(ctx.kernels, terms, output, inputs)
+            store(ctx.kernels.xp, outputs[0], result.reshape(outputs[0].shape))
+            return
         operands = [widened(xp, x) for x in inputs]
         outputs[0][...] = xp.einsum(self.equation, *operands, optimize=len(operands) > 2)
+
+    def _spelled_out(self, inputs: Sequence[Array]) -> tuple[list[str], str]:
+        """The terms and output with each ellipsis written as letters of its own (the
+        ellipsis dimensions right-aligned, as they broadcast)."""
+        spare = [chr(c) for c in range(0x100, 0x140)]  # not ASCII: never a letter of the node
+        hidden = [
+            x.ndim - len(term.replace(_ELLIPSIS, "")) if _ELLIPSIS in term else 0
+            for term, x in zip(self.terms, inputs, strict=True)
+        ]
+        widest = "".join(spare[: max(hidden, default=0)])
+        terms = [
+            term.replace(_ELLIPSIS, widest[len(widest) - n :] if n else "")
+            for term, n in zip(self.terms, hidden, strict=True)
+        ]
+        return terms, self.output.replace(_ELLIPSIS, widest)
 
 
 class DetOp(Operator):
@@ -561,7 +622,10 @@ class BitCastOp(Operator):
 
 class TensorScatterOp(Operator):
     """A KV cache update: `update` written into a copy of `past_cache` along `axis`, from
-    each batch entry's write index (0 when absent), wrapping in "circular" mode."""
+    each batch entry's write index (0 when absent), wrapping in "circular" mode. Exact: data
+    movement (the positions of one batch entry are distinct)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -636,10 +700,12 @@ class TensorScatterOp(Operator):
 
 class MeanVarianceNormalizationOp(Operator):
     """(X - mean) / (std + 1e-9) over `axes` (default [0, 2, 3]), as ONNX's function body;
-    the variance is taken as the mean of squared deviations, which cannot go negative."""
+    the variance is taken as the mean of squared deviations, which cannot go negative.
+    Exact: exact_normalization.mean_variance_normalize64, rounded once."""
 
     in_place_input = 0
     epsilon = 1e-9
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -653,6 +719,10 @@ class MeanVarianceNormalizationOp(Operator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         xp, x = ctx.xp, widened(ctx.xp, inputs[0])
         axes = normalize_axes(self.node, self.axes, x.ndim)
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            store(xp, outputs[0], mean_variance_normalize64(xp, widen(xp, inputs[0]), axes))
+            return
         with np.errstate(all="ignore"):
             centered = x - xp.mean(x, axis=axes, keepdims=True)
             spread = xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True))

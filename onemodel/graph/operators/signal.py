@@ -8,7 +8,14 @@ values carry float32 rounding, which a double-precision transform would not repr
 zero.
 
 Windows and the mel matrix depend only on their (scalar) inputs: they are computed on the host
-when those are known and returned as constants.
+when those are known and returned as constants, with exact mode's cos, log1p and expm1
+(exact_elementary), so that they are the same bits on every machine in both modes.
+
+Exact mode's DFT and STFT are the transform's definition written as one exact matrix product:
+the twiddles cos θ and sin θ of θ = 2π·((k·n) mod L)/L by exact_elementary.sincos64, the real
+and imaginary parts of the signal side by side against them (one correctly rounded dot product
+per output part), the inverse divided once by L; an inverse onesided transform extends the
+half spectrum by Hermitian symmetry and keeps the real part.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from onemodel.backends.exact_arrays import log64
+from onemodel.backends.exact_elementary import cos64, expm1_64, log1p64, sincos64
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.axes import INDEX_TYPES, host_scalar
 from onemodel.graph.operators.base import (
     Array,
@@ -29,12 +39,16 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.graph.operators.unary import FLOATS, NUMERIC, widened
 from onemodel.tensors import numpy_dtype_for_onnx
 
 
 class SpectralOp(Operator):
-    """Shared by DFT and STFT: signals as complex arrays, and spectra written as pairs."""
+    """Shared by DFT and STFT: signals as complex arrays, and spectra written as pairs.
+    Exact: exact_transform (the module docstring)."""
+
+    supports_exact = True
 
     @staticmethod
     def signal(xp: Any, x: Array) -> Array:
@@ -48,6 +62,37 @@ class SpectralOp(Operator):
     def write_pairs(spectrum: Array, out: Array) -> None:
         out[..., 0] = spectrum.real
         out[..., 1] = spectrum.imag
+
+
+def exact_transform(
+    kernels: Any, parts: tuple[Array, Array | None], length: int, bins: int, inverse: bool
+) -> tuple[Array, Array]:
+    """Exact mode's DFT of the last axis (zero-padded or cut to `length`) into `bins` bins:
+    the real and imaginary float64 parts (imaginary None for a real signal) side by side times
+    the twiddle matrices by the exact matmul, the inverse divided once by `length`."""
+    xp = kernels.xp
+    cut = [p[..., :length] for p in parts if p is not None]
+    if cut[0].shape[-1] < length:
+        pad = [(0, 0)] * (cut[0].ndim - 1) + [(0, length - cut[0].shape[-1])]
+        cut = [xp.pad(p, pad) for p in cut]
+    turns = (np.arange(bins)[:, None] * np.arange(length)[None, :]) % length
+    with np.errstate(all="ignore"):  # the unselected branches of the exact sin and cos
+        sine, cosine = sincos64(np, (2 * np.pi) * turns / length)
+    sine = sine if inverse else -sine  # e^(±iθ) = cos θ ± i sin θ
+    if len(cut) == 1:  # a real signal
+        real_weights, imag_weights = cosine.T, sine.T
+    else:
+        real_weights = np.concatenate([cosine.T, -sine.T])
+        imag_weights = np.concatenate([sine.T, cosine.T])
+    signal = xp.concatenate(cut, axis=-1)
+    rows = signal.reshape(-1, signal.shape[-1])
+    results = []
+    for weights in (real_weights, imag_weights):
+        part = exact_product(kernels, rows, xp.asarray(weights))
+        if inverse:
+            part = part / length
+        results.append(part.reshape(*signal.shape[:-1], bins))
+    return results[0], results[1]
 
 
 class DFTOp(SpectralOp):
@@ -116,6 +161,9 @@ class DFTOp(SpectralOp):
         else:
             given = -2
         axis = self._axis(x.shape, given)
+        if ctx.exact:
+            self._run_exact(ctx, inputs, axis, out)
+            return
         signal = self.signal(xp, x)
         if self.onesided and self.inverse:
             out[..., 0] = xp.fft.irfft(signal, n=out.shape[axis], axis=axis)
@@ -130,6 +178,44 @@ class DFTOp(SpectralOp):
         if self.onesided:
             spectrum = spectrum[(slice(None),) * axis + (slice(0, out.shape[axis]),)]
         self.write_pairs(spectrum, out)
+
+    def _run_exact(
+        self, ctx: RunContext, inputs: Sequence[Array | None], axis: int, out: Array
+    ) -> None:
+        xp, x = ctx.kernels.xp, inputs[0]
+        values = xp.moveaxis(widen(xp, x), axis, -2)  # (..., samples, parts)
+        real = values[..., 0]
+        imag = values[..., 1] if x.shape[-1] == 2 else None
+        result = xp.moveaxis(out, axis, -2)
+        if self.onesided and self.inverse:  # Hermitian extension, then the real part
+            length = out.shape[axis]
+            real, imag = self._hermitian(xp, real, imag, length)
+            spectrum, _ = exact_transform(ctx.kernels, (real, imag), length, length, True)
+            store(xp, result[..., 0], spectrum)
+            return
+        length = (
+            int(ctx.kernels.memory.to_host(inputs[1]).reshape(-1)[0])
+            if len(inputs) > 1 and inputs[1] is not None
+            else x.shape[axis]
+        )
+        parts = exact_transform(ctx.kernels, (real, imag), length, out.shape[axis], self.inverse)
+        for index, part in enumerate(parts):
+            store(xp, result[..., index], part)
+
+    @staticmethod
+    def _hermitian(xp: Any, real: Array, imag: Array, length: int) -> tuple[Array, Array]:
+        """The full spectrum of `length` bins from its first half: X[n − k] = conj(X[k]); bins
+        the half does not hold are 0 (numpy.fft.irfft's rule)."""
+        half = real.shape[-1]
+        k = np.arange(length)
+        source = np.where(k <= length // 2, k, length - k)
+        present = source < half
+        sign = np.where(k <= length // 2, 1.0, -1.0)
+        index = xp.asarray(np.minimum(source, half - 1))
+        mask = xp.asarray(present.astype(np.float64))
+        full_real = xp.take(real, index, axis=-1) * mask
+        full_imag = xp.take(imag, index, axis=-1) * xp.asarray(sign * present)
+        return full_real, full_imag
 
 
 class STFTOp(SpectralOp):
@@ -194,6 +280,9 @@ class STFTOp(SpectralOp):
             length = int(ctx.kernels.memory.to_host(inputs[3]).reshape(-1)[0])
         else:
             length = signal.shape[1]
+        if ctx.exact:
+            self._run_exact(ctx.kernels, inputs[0], window, step, length, out)
+            return
         starts = xp.arange(frames)[:, None] * step
         pieces = signal[:, starts + xp.arange(length)[None, :]]
         if window is not None:
@@ -201,11 +290,29 @@ class STFTOp(SpectralOp):
         spectrum = xp.fft.fft(pieces, axis=-1)
         self.write_pairs(spectrum[..., : out.shape[2]], out)
 
+    @staticmethod
+    def _run_exact(
+        kernels: Any, x: Array, window: Array | None, step: int, length: int, out: Array
+    ) -> None:
+        """Frames times the window (one float64 product each), then exact_transform."""
+        xp = kernels.xp
+        values = widen(xp, x)
+        starts = xp.arange(out.shape[1])[:, None] * step
+        pieces = values[:, starts + xp.arange(length)[None, :]]  # (batch, frames, length, parts)
+        if window is not None:
+            pieces = pieces * widen(xp, window)[:, None]
+        imag = pieces[..., 1] if x.shape[-1] == 2 else None
+        parts = exact_transform(kernels, (pieces[..., 0], imag), length, out.shape[2], False)
+        for index, part in enumerate(parts):
+            store(xp, out[..., index], part)
+
 
 class WindowOp(Operator):
     """A generalized cosine window a0 - a1 cos(2πn/N) + a2 cos(4πn/N), N the size when
-    `periodic` and size - 1 otherwise (a window of one sample is [1]), in `output_datatype`."""
+    `periodic` and size - 1 otherwise (a window of one sample is [1]), in `output_datatype`.
+    Exact: a plan-time constant made with exact mode's cos in both modes."""
 
+    supports_exact = True
     coefficients: ClassVar[tuple[float, float, float]]
 
     def __init__(self, node: NodeInfo) -> None:
@@ -226,7 +333,10 @@ class WindowOp(Operator):
         period = size if self.periodic else size - 1
         phase = 2 * np.pi * np.arange(size, dtype=np.float64) / max(period, 1)
         a0, a1, a2 = self.coefficients
-        window = a0 - a1 * np.cos(phase) + a2 * np.cos(2 * phase) if period else np.ones(size)
+        window = np.ones(size)
+        if period:
+            with np.errstate(all="ignore"):  # the unselected branches of the exact cos
+                window = a0 - a1 * cos64(np, phase) + a2 * cos64(np, 2 * phase)
         return [Constant(window.astype(numpy_dtype_for_onnx(self.dtype)))]
 
 
@@ -245,7 +355,10 @@ class BlackmanWindowOp(WindowOp):
 class MelWeightMatrixOp(Operator):
     """Triangular filters [dft_length // 2 + 1, num_mel_bins] with peaks of 1, evenly spaced
     on the mel scale mel(f) = 2595 log10(1 + f / 700) between the edge frequencies. The bin
-    edges are computed as onnxruntime and the reference do (mel step = range / (bins + 2))."""
+    edges are computed as onnxruntime and the reference do (mel step = range / (bins + 2)).
+    Exact: a plan-time constant made with exact mode's log1p and expm1 in both modes."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -285,10 +398,16 @@ class MelWeightMatrixOp(Operator):
     @staticmethod
     def _edges(bins: int, length: int, rate: int, low: Any, high: Any) -> np.ndarray:
         """The DFT bin of every filter edge (bins + 2 of them)."""
-        low_mel = 2595 * np.log1p(low / 700) / np.log(10)
-        high_mel = 2595 * np.log1p(high / 700) / np.log(10)
+        with np.errstate(all="ignore"):  # the unselected branches of the exact functions
+            return MelWeightMatrixOp._exact_edges(bins, length, rate, low, high)
+
+    @staticmethod
+    def _exact_edges(bins: int, length: int, rate: int, low: Any, high: Any) -> np.ndarray:
+        ln10 = float(log64(np, np.float64(10)))
+        low_mel = 2595 * float(log1p64(np, np.float64(low / 700))) / ln10
+        high_mel = 2595 * float(log1p64(np, np.float64(high / 700))) / ln10
         mels = np.arange(bins + 2) * ((high_mel - low_mel) / (bins + 2)) + low_mel
-        hertz = 700 * np.expm1(mels / 2595 * np.log(10))
+        hertz = 700 * expm1_64(np, mels / 2595 * ln10)
         return (((length + 1) * hertz) // rate).astype(np.int64)
 
 

@@ -25,6 +25,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.reductions import extremum_position
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS
 
 
@@ -153,12 +154,21 @@ class LogSoftmaxOp(AxisNormalization):
 
 
 class HardmaxOp(AxisNormalization):
-    """1 at the first maximum along the axis, 0 elsewhere."""
+    """1 at the first maximum along the axis, 0 elsewhere. Exact: the first maximum by
+    reductions.extremum_position (compared in float64, the first NaN winning)."""
+
+    supports_exact = True
 
     def _along(self, xp: Any, values: Array, axis: int) -> Array:
         first = xp.expand_dims(xp.argmax(values, axis=axis), axis)
         positions = xp.arange(values.shape[axis]).reshape((-1,) + (1,) * (values.ndim - 1 - axis))
         return positions == first
+
+    def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
+        xp = kernels.xp
+        first = xp.expand_dims(extremum_position(xp, x, axis, largest=True), axis)
+        positions = xp.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+        out[...] = positions == first
 
 
 DEFS: tuple[OpDef, ...] = (

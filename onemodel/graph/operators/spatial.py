@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
     Array,
@@ -120,7 +121,11 @@ class SpaceToDepthOp(BlockRearrangeOp):
 class Col2ImOp(Operator):
     """Col2Im (18): adds sliding blocks (N, C * prod(block), L) back into images
     (N, C, *image_shape). One strided slice per kernel offset: for a fixed offset, distinct
-    blocks land on distinct pixels. float16 and bfloat16 accumulate in float32."""
+    blocks land on distinct pixels. float16 and bfloat16 accumulate in float32. Exact
+    (floats): the sum in float64 from +0 over the kernel offsets in row-major order, rounded
+    once; integers wrap, exact by nature."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -172,7 +177,10 @@ class Col2ImOp(Operator):
         data, out = inputs[0], outputs[0]
         image, block = host_values(ctx, inputs[1]), host_values(ctx, inputs[2])
         dilations, pads, strides, counts = self.geometry(data.shape, image, block)
-        columns = widened(xp, data).reshape(*out.shape[:2], math.prod(block), *counts)
+        exact = ctx.exact and data.dtype.kind == "f"
+        xp = ctx.kernels.xp if exact else xp
+        values = widen(xp, data) if exact else widened(xp, data)
+        columns = values.reshape(*out.shape[:2], math.prod(block), *counts)
         total = xp.zeros(out.shape, dtype=columns.dtype)
         for k, offsets in enumerate(itertools.product(*(range(b) for b in block))):
             pixels, blocks = [], []
@@ -188,7 +196,10 @@ class Col2ImOp(Operator):
                 blocks.append(slice(first, last))
             if all(b.stop > b.start for b in blocks):
                 total[(Ellipsis, *pixels)] += columns[(slice(None), slice(None), k, *blocks)]
-        xp.copyto(out, total, casting="unsafe")
+        if exact:
+            store(xp, out, total)
+        else:
+            xp.copyto(out, total, casting="unsafe")
 
 
 # -- MaxUnpool -------------------------------------------------------------------------------

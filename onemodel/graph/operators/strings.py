@@ -90,6 +90,8 @@ class StringNormalizerOp(Operator):
     it) gives the same. `locale` is accepted and ignored: case changes follow Unicode's simple
     case mappings, which is what en_US gives, and not a locale's special rules (Turkish i)."""
 
+    supports_exact = True  # strings and counts on the host: exact by nature
+
     outputs_data_dependent = True
 
     def __init__(self, node: NodeInfo) -> None:
@@ -133,6 +135,8 @@ class StringNormalizerOp(Operator):
 class StringConcatOp(Operator):
     """Element-wise concatenation, broadcast multidirectionally."""
 
+    supports_exact = True  # strings and counts on the host: exact by nature
+
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         self.check_types(ctx, STRING_ONLY, 0, 1)
         return [ctx.output(STRING, multidirectional(ctx, (0, 1)))]
@@ -158,6 +162,8 @@ class StringSplitOp(Operator):
     whitespace is dropped; with one, every delimiter separates (empty substrings included).
     At most `maxsplit` splits (negative or absent: no limit). An empty string has no
     substrings, as in onnxruntime (Python's str.split would give [""])."""
+
+    supports_exact = True  # strings and counts on the host: exact by nature
 
     outputs_data_dependent = True
 
@@ -246,6 +252,8 @@ class RegexFullMatchOp(Operator):
     accepts backreferences and lookaround, which RE2 refuses; Unicode classes (\\pL) and the
     (?U) flag are unsupported."""
 
+    supports_exact = True  # strings and counts on the host: exact by nature
+
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         pattern = node.attr("pattern")
@@ -281,6 +289,8 @@ class TfIdfVectorizerOp(Operator):
     each skip counted on its own; unigrams are counted once per position. TF scores the
     count, IDF the weight when the count is not 0, TFIDF the count times the weight (weights
     default to 1). Counting runs on the host (dictionary look-ups of n-grams)."""
+
+    supports_exact = True  # strings and counts on the host: exact by nature
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

@@ -11,11 +11,12 @@ The element type sets here are shared by the other element-wise families.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from onnx import TensorProto
 
-from onemodel.backends import activations
+from onemodel.backends import activations, exact_elementary
 from onemodel.backends.activations import float32_kernel
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
@@ -103,12 +104,20 @@ class ElementwiseUnary(Operator):
 
 
 class Ufunc(ElementwiseUnary):
-    """The array library's ufunc `ufunc`, written into the output in one pass."""
+    """The array library's ufunc `ufunc`, written into the output in one pass. In exact mode
+    `exact_function` (a float64 function of exact_elementary), where set, replaces it."""
 
     ufunc: ClassVar[str]
+    exact_function: ClassVar[Callable[[Any, Array], Array] | None] = None
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         getattr(xp, self.ufunc)(x, out=out)
+
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        if self.exact_function is None:
+            super().compute_exact(kernels, x, out)
+        else:
+            kernels.exact_map_arrays(self.exact_function, (x,), out)
 
 
 class Formula(ElementwiseUnary):
@@ -118,7 +127,16 @@ class Formula(ElementwiseUnary):
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         xp.copyto(out, self.formula(xp, widened(xp, x)), casting="unsafe")
 
+    def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
+        """`exact_formula` on a float64 copy of x, rounded once (exact_map_arrays)."""
+        kernels.exact_map_arrays(self.exact_formula, (x,), out)
+
     def formula(self, xp: Any, x: Array) -> Array:
+        raise NotImplementedError
+
+    def exact_formula(self, xp: Any, x: Array) -> Array:
+        """Exact mode's formula (with supports_exact): float64 in and out, built only from
+        correctly rounded operations and the exact elementary functions."""
         raise NotImplementedError
 
 
@@ -160,7 +178,9 @@ class Sqrt(Ufunc):
 
 
 class Reciprocal(Ufunc):
-    ufunc = "reciprocal"
+    """Exact: one correctly rounded division 1/x."""
+
+    ufunc, supports_exact = "reciprocal", True
 
 
 class Floor(Ufunc):
@@ -189,47 +209,80 @@ class Sign(Ufunc):
 
 
 class Sin(Ufunc):
-    ufunc = "sin"
+    """Exact: exact_elementary.sin64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "sin", True
+    exact_function = staticmethod(exact_elementary.sin64)
 
 
 class Cos(Ufunc):
-    ufunc = "cos"
+    """Exact: exact_elementary.cos64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "cos", True
+    exact_function = staticmethod(exact_elementary.cos64)
 
 
 class Tan(Ufunc):
-    ufunc = "tan"
+    """Exact: exact_elementary.tan64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "tan", True
+    exact_function = staticmethod(exact_elementary.tan64)
 
 
 class Asin(Ufunc):
-    ufunc = "arcsin"
+    """Exact: exact_elementary.asin64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "arcsin", True
+    exact_function = staticmethod(exact_elementary.asin64)
 
 
 class Acos(Ufunc):
-    ufunc = "arccos"
+    """Exact: exact_elementary.acos64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "arccos", True
+    exact_function = staticmethod(exact_elementary.acos64)
 
 
 class Atan(Ufunc):
-    ufunc = "arctan"
+    """Exact: exact_elementary.atan64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "arctan", True
+    exact_function = staticmethod(exact_elementary.atan64)
 
 
 class Sinh(Ufunc):
-    ufunc = "sinh"
+    """Exact: exact_elementary.sinh64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "sinh", True
+    exact_function = staticmethod(exact_elementary.sinh64)
 
 
 class Cosh(Ufunc):
-    ufunc = "cosh"
+    """Exact: exact_elementary.cosh64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "cosh", True
+    exact_function = staticmethod(exact_elementary.cosh64)
 
 
 class Asinh(Ufunc):
-    ufunc = "arcsinh"
+    """Exact: exact_elementary.asinh64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "arcsinh", True
+    exact_function = staticmethod(exact_elementary.asinh64)
 
 
 class Acosh(Ufunc):
-    ufunc = "arccosh"
+    """Exact: exact_elementary.acosh64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "arccosh", True
+    exact_function = staticmethod(exact_elementary.acosh64)
 
 
 class Atanh(Ufunc):
-    ufunc = "arctanh"
+    """Exact: exact_elementary.atanh64 (docs/exact-mode.md)."""
+
+    ufunc, supports_exact = "arctanh", True
+    exact_function = staticmethod(exact_elementary.atanh64)
 
 
 class Not(Ufunc):
@@ -239,7 +292,9 @@ class Not(Ufunc):
 
 
 class BitwiseNot(Ufunc):
-    ufunc, types = "invert", INTEGERS
+    """Exact: an integer operation."""
+
+    ufunc, types, supports_exact = "invert", INTEGERS, True
 
 
 class IsNaN(Ufunc):
