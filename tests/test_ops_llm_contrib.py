@@ -1,6 +1,8 @@
 """EmbedLayerNormalization and GroupQueryAttention (com.microsoft) against onnxruntime's CPU
 kernels on one-node models: the fused operators of onnxruntime's transformer optimizer (BERT
-embeddings) and of onnxruntime-genai's model builder (decoder-only LLMs)."""
+embeddings) and of onnxruntime-genai's model builder (decoder-only LLMs). BiasAdd and
+GemmFastGelu, which onnxruntime runs only on GPUs, against onnxruntime running the unfused
+graphs they stand for."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from operator_harness import refused
+from onnx import helper
+from operator_harness import assert_same, onnxruntime_run, refused, run_node
 from test_ops_contrib import MS, check, normal
 
 from onemodel.errors import ErrorKind
@@ -179,3 +182,56 @@ def test_group_query_attention_refuses_uneven_heads() -> None:
         outputs=3,
     )
     assert "kv_num_heads" in str(error)
+
+
+# -- GPU-only fusions, against the graphs they replace -----------------------------------------
+
+
+def _unfused(nodes: list, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    float32 = helper.np_dtype_to_tensor_dtype(np.dtype(np.float32))
+    graph = helper.make_graph(
+        nodes,
+        "unfused",
+        [helper.make_tensor_value_info(name, float32, x.shape) for name, x in inputs.items()],
+        [helper.make_tensor_value_info("y", float32, None)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    (result,) = onnxruntime_run(
+        helper.make_model(graph, opset_imports=opsets, ir_version=8), inputs
+    )
+    return result
+
+
+def test_bias_add_is_x_plus_bias_plus_skip() -> None:
+    x, bias, skip = normal(2, 3, 8), normal(8), normal(2, 3, 8)
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["t"]),
+        helper.make_node("Add", ["t", "skip"], ["y"]),
+    ]
+    want = _unfused(nodes, {"x": x, "bias": bias, "skip": skip})
+    (got,) = run_node("BiasAdd", [x, bias, skip], domain=MS, opset=1)
+    assert_same(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_gemm_fast_gelu_is_fast_gelu_of_the_product(bias: bool) -> None:
+    x, w, b = normal(2, 5, 8), normal(8, 6), normal(6)
+    feeds = {"x": x, "w": w, **({"b": b} if bias else {})}
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["t"]),
+        helper.make_node("FastGelu", ["t", "b"] if bias else ["t"], ["y"], domain=MS),
+    ]
+    want = _unfused(nodes, feeds)
+    (got,) = run_node("GemmFastGelu", [x, w, b if bias else None], domain=MS, opset=1)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bias_add_refuses_a_bias_of_the_wrong_width() -> None:
+    error = refused(
+        ErrorKind.INVALID_INPUT,
+        "BiasAdd",
+        [normal(2, 3, 8), normal(4), normal(2, 3, 8)],
+        domain=MS,
+        opset=1,
+    )
+    assert "in1" in str(error) and "(8,)" in str(error)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from onemodel.graph.operators import (
     activations,
     attention,
+    bias_fusions,
     binary,
     cast,
     concat_split,
@@ -54,6 +55,7 @@ from onemodel.graph.operators.base import OpDef
 TABLE: tuple[OpDef, ...] = (
     *activations.DEFS,
     *attention.DEFS,
+    *bias_fusions.DEFS,
     *binary.DEFS,
     *cast.DEFS,
     *concat_split.DEFS,
