@@ -52,6 +52,7 @@ def feeds_for(
     image: int = 32,
     padded: bool = True,
     head: int = 16,
+    encoder: int = 6,
 ) -> dict[str, np.ndarray]:
     """Inputs of the model's declared names, types and shapes: token ids in [1, VOCAB),
     attention masks of ones (an encoder's last token of the last row masked when `padded`),
@@ -61,7 +62,7 @@ def feeds_for(
         "batch_size": BATCH, "text_batch_size": BATCH, "sequence_length": length,
         "past_sequence_length": past, "past_sequence_length + sequence_length": past + length,
         "total_sequence_length": past + length, "num_channels": 3, "height": image,
-        "width": image, "encoder_sequence_length": 6, "decoder_sequence_length": length,
+        "width": image, "encoder_sequence_length": encoder, "decoder_sequence_length": length,
         "past_decoder_sequence_length": past, "kv_cache_dim": head,
     }  # fmt: skip
     graph = onnx.load(str(model_path), load_external_data=False).graph

@@ -235,3 +235,16 @@ def test_bias_add_refuses_a_bias_of_the_wrong_width() -> None:
         opset=1,
     )
     assert "in1" in str(error) and "(8,)" in str(error)
+
+
+def test_relative_position_bias_refuses_more_queries_than_keys() -> None:
+    lengths = [np.array(5, np.int64), np.array(3, np.int64)]
+    error = refused(
+        ErrorKind.INVALID_INPUT,
+        "RelativePositionBias",
+        [normal(32, 2), *lengths],
+        {"max_distance": 128},
+        domain=MS,
+        opset=1,
+    )
+    assert "in1" in str(error) and "exceeds" in str(error)

@@ -238,6 +238,41 @@ def test_onnxruntime_transformer_optimizer(
         _matches_onnxruntime(path, rx.feeds_for(path, **options), NARROW if fp16 else STRICT)
 
 
+T5_OPTIMIZED = [
+    ("encoder_model", 99, False),
+    ("encoder_model", 99, True),
+    ("decoder_with_past_model", 99, False),
+    ("decoder_with_past_model", 1, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("part", "level", "fp16"),
+    T5_OPTIMIZED,
+    ids=[
+        f"t5-{p.split('_')[0]}-O{level}{'-fp16' if half else ''}" for p, level, half in T5_OPTIMIZED
+    ],
+)
+def test_onnxruntime_transformer_optimizer_t5(
+    part: str, level: int, fp16: bool, exports: dict[str, dict[str, Path]], tmp_path: Path
+) -> None:
+    """The optimizer's T5 graphs hold RelativePositionBias, which onnxruntime runs on CUDA
+    only: they are compared with onnxruntime running the unoptimized export instead. The
+    lengths reach T5's logarithmic buckets (distances past half the exact buckets)."""
+    _skip_unless("onnxruntime", "torch", "optimum.exporters.onnx")
+    source = exports["t5"][part]
+    path = rx.optimize(source, "t5", level, fp16, tmp_path / "opt.onnx")
+    reference = _onnxruntime(source)
+    names = [output.name for output in reference.get_outputs()]
+    session = onemodel.Session.load(str(path))
+    settings = [dict(encoder=40)] if part == "encoder_model" else [
+        dict(past=0, length=30), dict(past=30, length=1)]  # fmt: skip
+    for options in settings:
+        feeds = rx.feeds_for(source, **options)
+        _compare(session.run(None, feeds), reference.run(None, feeds), names,
+                 NARROW if fp16 else STRICT)  # fmt: skip
+
+
 # The builder takes most of a minute per call (a fresh interpreter importing torch), so int4
 # runs once: MatMulNBits is the same operator under every family.
 GENAI = [(family, "fp32") for family in rx.GENAI_FAMILIES] + [("llama", "int4")]
