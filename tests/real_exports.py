@@ -3,10 +3,17 @@
 torchvision/timm vision models, onnxruntime's transformer optimizer (its opt levels and fp16
 conversion) and onnxruntime-genai's model builder (fp32 and int4 for the CPU).
 
-Each `export_*` function writes into a folder and returns {case name: model path}. Export tools
-are test-time only: `available(tool)` says whether one can run here. optimum's exporter is the
-separate `optimum-onnx` package, which pins transformers < 4.58; where only a newer
-transformers is installed its import fails and the optimum families skip.
+Each `export_*` function writes into a folder and returns the model path(s). Export tools are
+test-time only: `available(tool)` says whether one can run here. optimum's exporter is the
+separate `optimum-onnx` package (0.1.0), which pins transformers < 4.58 and optimum 2.1; where
+only a newer transformers is installed its import fails and the optimum families skip. To run
+them beside a newer stack, install the old one into a folder put first on PYTHONPATH:
+
+    pip install --no-deps --target DIR transformers==4.57.6 optimum==2.1.0 optimum-onnx==0.1.0 \
+        "huggingface_hub<1.0" "tokenizers>=0.22,<=0.23.0"
+    PYTHONPATH=$PWD:DIR python -m pytest tests/test_real_exports.py
+
+(the sentence-transformer family also wants sentence-transformers 5.1 with scikit-learn).
 
 `python tests/real_exports.py` stores the small goldens tests/test_real_exports.py runs without
 any of these tools (tests/models/real/).
@@ -164,6 +171,7 @@ def optimum_families() -> dict[str, tuple[Callable[[], Any], str, str]]:
                     n_layer=2,
                     n_head=2,
                     n_positions=64,
+                    initializer_range=0.2,
                 )
             ),
             "text-generation-with-past",
