@@ -1,0 +1,145 @@
+"""com.microsoft.EmbedLayerNormalization: BERT's embedding layer as onnxruntime's transformer
+optimizer fuses it (word + position + optional segment embedding, then layer normalization),
+with the optional mask index (per batch row, the number of mask entries equal to 1).
+
+Ids are int32 (the optimizer inserts the casts); position ids default to 0..S-1 and may be one
+row (1, S) shared by every batch row. The normalization is LayerNormalization's standardization
+over the hidden axis, computed in float32 (float64 for double) and rounded once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from onemodel.graph.operators.base import (
+    Array,
+    InferContext,
+    NodeInfo,
+    OpDef,
+    RunContext,
+    TensorSpec,
+)
+from onemodel.graph.operators.normalization import Standardization
+from onemodel.graph.operators.unary import FLOATS
+from onemodel.tensors import DType
+
+MICROSOFT = "com.microsoft"
+INPUT_IDS, SEGMENT_IDS, WORDS, POSITIONS, SEGMENTS, GAMMA, BETA, MASK, POSITION_IDS = range(9)
+_IDS = (INPUT_IDS, SEGMENT_IDS, MASK, POSITION_IDS)
+_TABLES = {WORDS: "word_embedding", POSITIONS: "position_embedding", SEGMENTS: "segment_embedding"}
+
+
+class EmbedLayerNormalization(Standardization):
+    """LayerNorm(word[ids] + position[position_ids] + segment[segment_ids]) · gamma + beta.
+
+    Outputs: the normalized embedding (B, S, H), the int32 mask index (B,) and the sum before
+    normalization (B, S, H). Ids outside a table are refused when the run sees them."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.epsilon = float(node.attr("epsilon", 1e-12))
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        node = self.node
+        for index in _IDS:
+            if index < len(ctx) and ctx.has(index) and ctx.dtype(index) != DType.INT32:
+                raise node.invalid(
+                    f"EmbedLayerNormalization: input {index} must be int32", node.inputs[index]
+                )
+        for index in (WORDS, POSITIONS, GAMMA, BETA):
+            if not ctx.has(index):
+                raise node.invalid(
+                    f"EmbedLayerNormalization: input {index} is required",
+                    node.inputs[index] if index < len(node.inputs) else None,
+                )
+        self.check_types(ctx, FLOATS, WORDS, POSITIONS, GAMMA, BETA)
+        ids = ctx.shape(INPUT_IDS)
+        if len(ids) != 2:
+            raise node.bad_input(
+                f"EmbedLayerNormalization: input_ids of shape {ids} is not (batch, sequence)",
+                node.inputs[INPUT_IDS],
+            )
+        hidden = ctx.shape(WORDS)[-1]
+        dtype = ctx.dtype(WORDS)
+        for index, name in _TABLES.items():
+            if index < len(ctx) and ctx.has(index):
+                shape = ctx.shape(index)
+                if len(shape) != 2 or shape[1] != hidden or ctx.dtype(index) != dtype:
+                    raise node.bad_input(
+                        f"EmbedLayerNormalization: {name} of shape {shape} is not (rows, {hidden})"
+                        " of the word embedding's type",
+                        node.inputs[index],
+                    )
+        for index, name in ((GAMMA, "gamma"), (BETA, "beta")):
+            if ctx.shape(index) != (hidden,):
+                raise node.bad_input(
+                    f"EmbedLayerNormalization: {name} of shape {ctx.shape(index)} is not "
+                    f"({hidden},)",
+                    node.inputs[index],
+                )
+        batch, sequence = ids
+        allowed = {SEGMENT_IDS: [ids], MASK: [ids], POSITION_IDS: [ids, (1, sequence)]}
+        for index, shapes in allowed.items():
+            if index < len(ctx) and ctx.has(index) and ctx.shape(index) not in shapes:
+                raise node.bad_input(
+                    f"EmbedLayerNormalization: input {index} of shape {ctx.shape(index)} does "
+                    f"not match input_ids {ids}",
+                    node.inputs[index],
+                )
+        if ctx.has(SEGMENT_IDS) != (len(ctx) > SEGMENTS and ctx.has(SEGMENTS)):
+            raise node.invalid(
+                "EmbedLayerNormalization: segment_ids and segment_embedding come together",
+                node.inputs[SEGMENT_IDS] or None,
+            )
+        output = ctx.output(dtype, (batch, sequence, hidden))
+        specs = [output, ctx.output(DType.INT32, (batch,)), output]
+        return specs[: len(node.outputs)]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp = ctx.xp
+        given = list(inputs) + [None] * (9 - len(inputs))
+        ids = given[INPUT_IDS]
+        sequence = ids.shape[1]
+        positions = given[POSITION_IDS]
+        if positions is None:
+            positions = xp.arange(sequence, dtype=xp.int32).reshape(1, sequence)
+        compute = xp.float64 if given[WORDS].dtype == xp.float64 else xp.float32
+        total = self._rows(ctx, given[WORDS], ids, WORDS, INPUT_IDS, compute)
+        total = total + self._rows(ctx, given[POSITIONS], positions, POSITIONS, POSITION_IDS,
+                                   compute)  # fmt: skip
+        if given[SEGMENT_IDS] is not None:
+            total += self._rows(ctx, given[SEGMENTS], given[SEGMENT_IDS], SEGMENTS, SEGMENT_IDS,
+                                compute)  # fmt: skip
+        if len(outputs) > 2 and outputs[2] is not None:
+            outputs[2][...] = total
+        values, _, _ = self._standardize(xp, total, (-1,), self.epsilon, compute)
+        self._affine(
+            xp, values, given[GAMMA].astype(compute), given[BETA].astype(compute), outputs[0]
+        )
+        if len(outputs) > 1 and outputs[1] is not None:
+            mask = given[MASK]
+            if mask is None:
+                outputs[1][...] = 0
+            else:
+                xp.sum(mask == 1, axis=1, dtype=xp.int32, out=outputs[1])
+
+    def _rows(
+        self, ctx: RunContext, table: Array, ids: Array, table_index: int, ids_index: int,
+        compute: Any,
+    ) -> Array:  # fmt: skip
+        """table[ids] in `compute`, refusing ids outside the table."""
+        rows = table.shape[0]
+        outside = (ids < 0) | (ids >= rows)
+        if bool(outside.any()):
+            first = int(ctx.kernels.memory.to_host(ids[outside][:1])[0])
+            name = self.node.inputs[ids_index] if ids_index < len(self.node.inputs) else ""
+            raise self.node.bad_input(
+                f"EmbedLayerNormalization: id {first} is outside {_TABLES[table_index]} "
+                f"of {rows} rows",
+                name or self.node.inputs[INPUT_IDS],
+            )
+        return ctx.xp.take(table, ids, axis=0).astype(compute, copy=False)
+
+
+DEFS = (OpDef("EmbedLayerNormalization", 1, EmbedLayerNormalization, domain=MICROSOFT),)

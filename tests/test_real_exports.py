@@ -1,0 +1,289 @@
+"""Real models as exporters and onnxruntime's own tools write them, against onnxruntime.
+
+Live families (tests/real_exports.py builds them from tiny random configs, nothing downloaded)
+run where their tools are installed and skip otherwise: Hugging Face optimum exports, vision
+models through the TorchScript exporter, onnxruntime's transformer optimizer at its levels and
+fp16, onnxruntime-genai's model builder (fp32, int4). The goldens in tests/models/real/ (the
+smallest of them, with onnxruntime's outputs and greedy tokens) run everywhere, CI included.
+
+A KV-cache decode loop as a user writes it (feed past_key_values.*, append the argmax token,
+32 steps) runs through `onemodel.compat.onnxruntime.InferenceSession` and `onemodel.Session`
+and must pick onnxruntime's tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import real_exports as rx
+
+import onemodel
+from onemodel.compat.onnxruntime import InferenceSession as CompatSession
+
+STRICT = {"rtol": 1e-3, "atol": 1e-4}
+NARROW = {"rtol": 1e-2, "atol": 1e-2}  # float16 models; int4 (onnxruntime computes int8 dots)
+
+
+def _skip_unless(*modules: str) -> None:
+    reason = rx.available(*modules)
+    if reason:
+        pytest.skip(reason)
+
+
+def _onnxruntime(path: Path | str) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _compare(
+    got: list[Any], want: list[np.ndarray], names: list[str], tolerance: Mapping[str, float]
+) -> float:
+    """Every output of the same dtype and shape, integers equal, floats within tolerance;
+    the largest absolute difference."""
+    worst = 0.0
+    for name, have, expected in zip(names, got, want, strict=True):
+        have = np.asarray(have)
+        assert have.dtype == expected.dtype, f"{name}: dtype {have.dtype}, not {expected.dtype}"
+        assert have.shape == expected.shape, f"{name}: shape {have.shape}, not {expected.shape}"
+        if expected.dtype.kind in "biu":
+            np.testing.assert_array_equal(have, expected, err_msg=name)
+        elif expected.size:
+            np.testing.assert_allclose(have, expected, err_msg=name, **tolerance)
+            gap = np.abs(have.astype(np.float64) - expected.astype(np.float64)).max()
+            worst = max(worst, float(gap))
+    return worst
+
+
+def _matches_onnxruntime(
+    path: Path, feeds: dict[str, np.ndarray], tolerance: Mapping[str, float] = STRICT
+) -> float:
+    reference = _onnxruntime(path)
+    names = [output.name for output in reference.get_outputs()]
+    want = reference.run(None, feeds)
+    session = onemodel.Session.load(str(path))
+    return _compare(session.run(None, feeds), want, names, tolerance)
+
+
+def _steps(path: Path, **options: Any) -> list[dict[str, Any]]:
+    """A prompt (no past) and one decode step (a past of 4) for a model with past inputs;
+    one feed set otherwise."""
+    if rx.has_past(path):
+        return [dict(options, past=0, length=5), dict(options, past=4, length=1)]
+    return [options]
+
+
+# -- goldens: run everywhere ------------------------------------------------------------------
+
+GOLDENS = sorted(path.name.removesuffix(".onnx") for path in rx.GOLDEN.glob("*.onnx"))
+
+
+def _stored(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    with np.load(rx.GOLDEN / f"{name}.inputs.npz") as data:
+        arrays = {key: data[key] for key in data.files}
+    feeds = {k: v for k, v in arrays.items() if ":" not in k}
+    outputs = {k.removeprefix("output:"): v for k, v in arrays.items() if k.startswith("output:")}
+    return feeds, outputs, arrays.get("tokens:greedy")
+
+
+def _tolerance(name: str) -> Mapping[str, float]:
+    return NARROW if ("fp16" in name or "int4" in name) else STRICT
+
+
+def test_goldens_are_stored() -> None:
+    assert {"optimum-bert", "optimum-gpt2", "ortopt-bert-o99", "genai-llama-fp32"} <= set(GOLDENS)
+
+
+@pytest.mark.parametrize("name", GOLDENS)
+def test_golden_matches_stored_onnxruntime_outputs(name: str) -> None:
+    path = rx.GOLDEN / f"{name}.onnx"
+    feeds, outputs, _ = _stored(name)
+    names = [output.name for output in onnx.load(str(path)).graph.output]
+    assert sorted(outputs) == sorted(names)
+    got = onemodel.Session.load(str(path)).run(None, feeds)
+    _compare(got, [outputs[n] for n in names], names, _tolerance(name))
+
+
+# -- the decode loop ----------------------------------------------------------------------------
+
+
+def _runner(kind: str, path: Path) -> tuple[Callable, dict[str, tuple]]:
+    """run(feeds) → {output name: array}, and the declared input shapes, for one API."""
+    if kind == "session":
+        session = onemodel.Session.load(str(path))
+        names = [meta.name for meta in session.outputs]
+        shapes = {meta.name: tuple(meta.dims or ()) for meta in session.inputs}
+        return lambda feeds: dict(zip(names, session.run(None, feeds), strict=True)), shapes
+    session = CompatSession(str(path), providers=["CPUExecutionProvider"]) if kind == "compat" \
+        else _onnxruntime(path)  # fmt: skip
+    names = [output.name for output in session.get_outputs()]
+    shapes = {value.name: tuple(value.shape) for value in session.get_inputs()}
+    return lambda feeds: dict(zip(names, session.run(None, feeds), strict=True)), shapes
+
+
+@pytest.mark.parametrize("model", ["optimum-gpt2", "genai-llama-fp32"])
+@pytest.mark.parametrize("kind", ["compat", "session"])
+def test_greedy_decode_loop_picks_onnxruntimes_tokens(model: str, kind: str) -> None:
+    path = rx.GOLDEN / f"{model}.onnx"
+    _, _, stored = _stored(model)
+    run, shapes = _runner(kind, path)
+    tokens = rx.greedy_tokens(run, shapes)
+    assert tokens == stored.tolist()
+    assert len(set(tokens)) > 1, "a loop that repeats one token tests little"
+
+
+def test_stored_tokens_are_onnxruntimes() -> None:
+    _skip_unless("onnxruntime")
+    for model in ("optimum-gpt2", "genai-llama-fp32"):
+        run, shapes = _runner("onnxruntime", rx.GOLDEN / f"{model}.onnx")
+        assert rx.greedy_tokens(run, shapes) == _stored(model)[2].tolist(), model
+
+
+# -- live exports --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
+    """Optimum exports made once per module, by family."""
+    folder = tmp_path_factory.mktemp("optimum")
+
+    class Cache(dict):
+        def __missing__(self, family: str) -> dict[str, Path]:
+            self[family] = rx.export_optimum(family, folder / family)
+            return self[family]
+
+    return Cache()
+
+
+OPTIMUM = ["bert", "roberta", "distilbert", "deberta-v2", "bert-sequence-classifier",
+           "sentence-transformer", "gpt2",
+           "llama", "qwen2", "phi", "t5", "whisper", "vit", "clip"]  # fmt: skip
+
+
+@pytest.mark.parametrize("family", OPTIMUM)
+def test_optimum_export(family: str, exports: dict[str, dict[str, Path]]) -> None:
+    _skip_unless("onnxruntime", "torch", "optimum.exporters.onnx")
+    if family == "sentence-transformer":
+        _skip_unless("sentence_transformers")
+    files = exports[family]
+    assert files, f"optimum wrote no model for {family}"
+    for path in files.values():
+        for options in _steps(path):
+            _matches_onnxruntime(path, rx.feeds_for(path, **options))
+
+
+@pytest.mark.parametrize("family", sorted(
+    ["resnet50", "efficientnet-b0", "mobilenetv3-small", "convnext-atto", "regnet-y-400mf",
+     "lraspp-segmentation", "ssdlite-detection"]))  # fmt: skip
+def test_vision_export(family: str, tmp_path: Path) -> None:
+    _skip_unless("onnxruntime", "torch", "torchvision", "timm")
+    path = rx.export_vision(family, tmp_path)
+    feeds = {"images": np.random.default_rng(0).standard_normal((1, 3, 64, 64), np.float32)}
+    if family == "ssdlite-detection":
+        _detections_match(path, feeds)
+    else:
+        _matches_onnxruntime(path, feeds)
+
+
+def _detections_match(path: Path, feeds: dict[str, np.ndarray]) -> None:
+    """A random detector scores thousands of anchors within float32 rounding of each other,
+    so TopK and NMS may keep other members of a tie than onnxruntime does, and the kept sets
+    then differ. Compared: every Conv output (the network, strictly: the model is saved with
+    them as extra outputs), the number of detections, and the best detection's score, box and
+    label."""
+    model = onnx.load(str(path))
+    float32 = onnx.TensorProto.FLOAT
+    extra = [node.output[0] for node in model.graph.node if node.op_type == "Conv"]
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(n, float32, None) for n in extra)
+    probed = path.with_suffix(".probed.onnx")
+    onnx.save(model, str(probed))
+    reference = _onnxruntime(probed)
+    names = [output.name for output in reference.get_outputs()]
+    want = reference.run(None, feeds)
+    got = onemodel.Session.load(str(probed)).run(None, feeds)
+    _compare(got[3:], want[3:], names[3:], STRICT)
+    boxes, scores, labels = got[:3]
+    want_boxes, want_scores, want_labels = want[:3]
+    assert boxes.shape == want_boxes.shape and labels.dtype == want_labels.dtype
+    best, want_best = int(np.argmax(scores)), int(np.argmax(want_scores))
+    np.testing.assert_allclose(scores[best], want_scores[want_best], **STRICT)
+    assert labels[best] == want_labels[want_best]
+    np.testing.assert_allclose(boxes[best], want_boxes[want_best], rtol=1e-3, atol=1e-3)
+
+
+OPTIMIZED = [("bert", level, fp16) for level in (0, 1, 2, 99) for fp16 in (False, True)]
+OPTIMIZED += [("distilbert", 99, True), ("roberta", 99, True), ("gpt2", 99, False),
+              ("gpt2", 99, True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("family", "level", "fp16"),
+    OPTIMIZED,
+    ids=[f"{f}-O{level}{'-fp16' if half else ''}" for f, level, half in OPTIMIZED],
+)
+def test_onnxruntime_transformer_optimizer(
+    family: str, level: int, fp16: bool, exports: dict[str, dict[str, Path]], tmp_path: Path
+) -> None:
+    _skip_unless("onnxruntime", "torch", "optimum.exporters.onnx")
+    source = exports[family]["model"]
+    path = rx.optimize(source, rx.OPTIMIZER_TYPES[family], level, fp16, tmp_path / "opt.onnx")
+    for options in _steps(path):
+        _matches_onnxruntime(path, rx.feeds_for(path, **options), NARROW if fp16 else STRICT)
+
+
+T5_OPTIMIZED = [
+    ("encoder_model", 99, False),
+    ("encoder_model", 99, True),
+    ("decoder_with_past_model", 99, False),
+    ("decoder_with_past_model", 1, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("part", "level", "fp16"),
+    T5_OPTIMIZED,
+    ids=[
+        f"t5-{p.split('_')[0]}-O{level}{'-fp16' if half else ''}" for p, level, half in T5_OPTIMIZED
+    ],
+)
+def test_onnxruntime_transformer_optimizer_t5(
+    part: str, level: int, fp16: bool, exports: dict[str, dict[str, Path]], tmp_path: Path
+) -> None:
+    """The optimizer's T5 graphs hold RelativePositionBias, which onnxruntime runs on CUDA
+    only: they are compared with onnxruntime running the unoptimized export instead. The
+    lengths reach T5's logarithmic buckets (distances past half the exact buckets)."""
+    _skip_unless("onnxruntime", "torch", "optimum.exporters.onnx")
+    source = exports["t5"][part]
+    path = rx.optimize(source, "t5", level, fp16, tmp_path / "opt.onnx")
+    reference = _onnxruntime(source)
+    names = [output.name for output in reference.get_outputs()]
+    session = onemodel.Session.load(str(path))
+    settings = [dict(encoder=40)] if part == "encoder_model" else [
+        dict(past=0, length=30), dict(past=30, length=1)]  # fmt: skip
+    for options in settings:
+        feeds = rx.feeds_for(source, **options)
+        _compare(session.run(None, feeds), reference.run(None, feeds), names,
+                 NARROW if fp16 else STRICT)  # fmt: skip
+
+
+# The builder takes most of a minute per call (a fresh interpreter importing torch), so int4
+# runs once: MatMulNBits is the same operator under every family.
+GENAI = [(family, "fp32") for family in rx.GENAI_FAMILIES] + [("llama", "int4")]
+
+
+@pytest.mark.parametrize(("family", "precision"), GENAI, ids=[f"{f}-{p}" for f, p in GENAI])
+def test_genai_model_builder(
+    family: str, precision: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _skip_unless("onnxruntime", "torch", "transformers", "onnxruntime_genai")
+    path = rx.export_genai(family, precision, tmp_path_factory.mktemp("genai"))
+    tolerance = NARROW if precision == "int4" else STRICT
+    for options in _steps(path, padded=False):
+        _matches_onnxruntime(path, rx.feeds_for(path, **options), tolerance)
