@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from onemodel.backends import recurrent as recurrent_cells
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -107,6 +108,7 @@ class Recurrent(Operator):
     gates: ClassVar[int]  # blocks of H rows in W and R
     default_activations: ClassVar[tuple[str, ...]]  # one direction's
     states: ClassVar[int] = 1  # state tensors carried from step to step (h, and c for LSTM)
+    sigmoid_gates: ClassVar[int] = 0  # leading gates a sigmoid activates (default activations)
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -132,6 +134,13 @@ class Recurrent(Operator):
             raise node.invalid(f"{node.op_type} layout must be 0 or 1, got {self.layout}")
         self.activations = self._activations(node)
         self.wanted = tuple(bool(name) for name in node.outputs)
+        # The default activations without clip run through the fused cells of
+        # backends/recurrent.py.
+        names = [_text(n).lower() for n in node.attr("activations", ())]
+        defaults = [a.lower() for a in self.default_activations]
+        self.fusable = self.clip is None and all(
+            names[k : k + len(defaults)] == defaults for k in range(0, len(names), len(defaults))
+        )
 
     def _activations(self, node: NodeInfo) -> tuple[tuple[Activation, ...], ...]:
         """Per direction; alphas and betas are consumed in order by the functions that use
@@ -236,7 +245,9 @@ class Recurrent(Operator):
         steps, batch, hidden = x.shape[0], x.shape[1], inputs[_R].shape[2]
         size = self.gates * hidden
         weights = self._direction(xp, inputs, d, size, x.dtype)
-        projected = xp.matmul(x, inputs[_W][d].astype(x.dtype).T)
+        # One GEMM over every time step: a [T, B, I] operand would make T separate products.
+        flat = x.reshape(steps * batch, x.shape[2])
+        projected = xp.matmul(flat, inputs[_W][d].astype(x.dtype).T).reshape(steps, batch, size)
         bias = _optional(inputs, _B)
         if bias is not None:
             projected += bias[d, :size].astype(x.dtype)
@@ -247,6 +258,19 @@ class Recurrent(Operator):
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
         )
         backward = self.reverse or d == 1
+        if (
+            self.fusable
+            and weights.peepholes is None
+            and (lengths is None or not lengths.size or int(lengths.min()) == steps)
+        ):
+            scale = recurrent_cells.sigmoid_scale(
+                xp, self.sigmoid_gates, self.gates, hidden, x.dtype
+            )
+            projected *= scale
+            fused = DirectionWeights(
+                weights.recurrence * scale, weights.bias, None, weights.activations
+            )
+            return self.cells(xp, projected, state, fused, None if y is None else y[:, d], backward)
         for t in range(steps - 1, -1, -1) if backward else range(steps):
             new = self.step(xp, projected[t], state, weights)
             if lengths is None:
@@ -305,6 +329,19 @@ class Recurrent(Operator):
         """The new state from the state and this step's X·Wᵀ + Wb ([B, gates·H])."""
         raise NotImplementedError
 
+    def cells(
+        self,
+        xp: Any,
+        projected: Array,
+        state: tuple[Array, ...],
+        weights: DirectionWeights,
+        y: Array | None,
+        backward: bool,
+    ) -> tuple[Array, ...]:
+        """Every step with the default activations (`fusable`): `projected` and Rᵀ have the
+        sigmoid gates' columns scaled by 1/2 (backends/recurrent.py); returns the final state."""
+        raise NotImplementedError
+
 
 class RNNOp(Recurrent):
     """Ht = f(Xt·Wᵀ + Ht-1·Rᵀ + Wb + Rb)."""
@@ -319,12 +356,16 @@ class RNNOp(Recurrent):
         (f,) = weights.activations
         return (f(xp, self.clipped(xp, projected + h @ weights.recurrence)),)
 
+    def cells(self, xp, projected, state, weights, y, backward):
+        return recurrent_cells.rnn_cells(xp, projected, state[0], weights.recurrence, y, backward)
+
 
 class GRUOp(Recurrent):
     """Gates z, r, h; `linear_before_reset` (opset 3 on) applies r after the recurrence."""
 
     gates = 3
     default_activations = ("Sigmoid", "Tanh")
+    sigmoid_gates = 2
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -353,6 +394,13 @@ class GRUOp(Recurrent):
         candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
         return (candidate + z * (h - candidate),)  # (1 − z)·candidate + z·h
 
+    def cells(self, xp, projected, state, weights, y, backward):
+        size = weights.bias.shape[0]
+        hidden_bias = weights.bias[2 * size // 3 :] if self.linear_before_reset else None
+        return recurrent_cells.gru_cells(
+            xp, projected, state[0], weights.recurrence, y, backward, hidden_bias
+        )
+
 
 class LSTMOp(Recurrent):
     """Gates i, o, f, c with optional peepholes P (i, o, f); `input_forget` couples f = 1 - i."""
@@ -360,10 +408,12 @@ class LSTMOp(Recurrent):
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     states = 2
+    sigmoid_gates = 3
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.input_forget = bool(node.attr("input_forget", 0))
+        self.fusable = self.fusable and not self.input_forget
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
@@ -390,6 +440,10 @@ class LSTMOp(Recurrent):
             o = o + p[size : 2 * size] * c
         o = f(xp, self.clipped(xp, o))
         return o * activation_h(xp, c), c
+
+    def cells(self, xp, projected, state, weights, y, backward):
+        h, c = state
+        return recurrent_cells.lstm_cells(xp, projected, h, c, weights.recurrence, y, backward)
 
 
 DEFS: tuple[OpDef, ...] = (
