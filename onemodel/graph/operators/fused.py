@@ -26,6 +26,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import onnx_code_for_numpy
 
 PREVIOUS = -1  # a member input that is the previous member's result
@@ -47,8 +48,9 @@ class Member:
         ]
 
 
-class Fused(Operator):
-    """Members run one after another inside one step; see the module docstring."""
+class Fused(PreparesConstants):
+    """Members run one after another inside one step; see the module docstring. A first
+    member that prepares its constants (Conv's weights) is prepared once per plan here too."""
 
     def __init__(self, node: NodeInfo, members: Sequence[Member]) -> None:
         super().__init__(node)
@@ -81,7 +83,15 @@ class Fused(Operator):
         self._specs[_signature(ctx.specs)] = tuple(specs)
         return [specs[-1]]
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        first = self.members[0]
+        if not isinstance(first.operator, PreparesConstants):
+            return None
+        return first.operator.prepare(ctx, first.inputs(constants, None))
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         (out,) = outputs
         specs = self._specs.get(_signature_of_arrays(inputs))
         if specs is None:  # a run whose plan was made by another signature's infer
@@ -96,7 +106,11 @@ class Fused(Operator):
                 target = out
             else:
                 target = ctx.scratch(spec.shape, spec.numpy_dtype)
-            member.operator.run(ctx, member.inputs(inputs, previous), [target])
+            operands = member.inputs(inputs, previous)
+            if index == 0 and isinstance(member.operator, PreparesConstants):
+                member.operator.run_prepared(ctx, prepared, operands, [target])
+            else:
+                member.operator.run(ctx, operands, [target])
             previous = target
         if tail is not None:
             operands = [inputs[i] for i in tail.source.operands]
