@@ -173,3 +173,45 @@ def test_a_constant_weight_is_prepared_once_and_a_computed_one_every_run() -> No
         (y,) = computed.run(None, {"x": x, "w": other})
         expected = direct_conv(x, other, (1, 1), (1,) * 4, (1, 1), 1) + bias
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def direct_conv_transpose(x, w, strides, group):
+    """Each input element scatters its weights: out[o·s + k] += w[c, m, k]·x[c, o], float64."""
+    batch, channels, *spatial = x.shape
+    per_group, kernel = w.shape[1], w.shape[2:]
+    size = [(n - 1) * s + k for n, s, k in zip(spatial, strides, kernel, strict=True)]
+    out = np.zeros((batch, per_group * group, *size))
+    inputs_per_group = channels // group
+    for c in range(channels):
+        g = c // inputs_per_group
+        for position in itertools.product(*(range(n) for n in spatial)):
+            for taps in itertools.product(*(range(k) for k in kernel)):
+                target = tuple(p * s + t for p, s, t in zip(position, strides, taps, strict=True))
+                value = x[(slice(None), c, *position)].astype(np.float64)
+                weights = w[(c, slice(None), *taps)].astype(np.float64)
+                out[(slice(None), slice(g * per_group, (g + 1) * per_group), *target)] += (
+                    value[:, None] * weights[None, :]
+                )
+    return out
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, strides, group",
+    [
+        ((2, 4, 5, 6), (4, 3, 2, 2), (2, 2), 1),  # the 2×2/2 upsampling: one copy per offset
+        ((1, 4, 3, 4), (4, 2, 3, 2), (3, 2), 2),  # kernel = stride, grouped, uneven
+        ((1, 3, 7), (3, 2, 4), (4,), 1),  # 1-D
+        ((1, 2, 4, 4), (2, 3, 3, 3), (2, 2), 1),  # overlapping offsets: the strided adds
+    ],
+)
+def test_conv_transpose_arrays_match_the_direct_scatter(x_shape, w_shape, strides, group) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    expected = direct_conv_transpose(x, w, strides, group)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    rank = len(strides)
+    KernelPaths.get("numpy").conv_transpose_arrays(
+        x, w, out, strides, (0,) * rank, (1,) * rank, group
+    )
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

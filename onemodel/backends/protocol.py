@@ -124,9 +124,18 @@ class Kernels(Protocol):
         temporaries from `scratch(shape, dtype)` when given."""
 
     def conv_transpose_arrays(
-        self, x: Any, w: Any, out: Any, strides: Any, pads: Any, dilations: Any, group: int
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Any,
+        pads: Any,
+        dilations: Any,
+        group: int,
+        scratch: Any = None,
     ) -> None:
-        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias."""
+        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias;
+        temporaries from `scratch` when given."""
 
     def max_pool_arrays(
         self,

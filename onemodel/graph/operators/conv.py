@@ -323,7 +323,9 @@ class ConvTransposeOp(Convolution):
         _, begin = self._place(x.shape[2:], w.shape[2:])
         strides = self.windows.per_axis("strides", self.windows.strides, rank, 1)
         dilations = self.windows.per_axis("dilations", self.windows.dilations, rank, 1)
-        ctx.kernels.conv_transpose_arrays(x, w, out, strides, begin, dilations, self.group)
+        ctx.kernels.conv_transpose_arrays(
+            x, w, out, strides, begin, dilations, self.group, scratch=ctx.scratch
+        )
         self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
 
 
