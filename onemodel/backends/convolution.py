@@ -50,8 +50,8 @@ class ConvolutionKernels:
         outside the input read as zero). `weights` is `conv_weights(w, group)` when the caller
         has it already. A 1×1 convolution with unit strides and no padding is one GEMM per
         group straight on x; any other is im2col, a band of output rows at a time, and one GEMM
-        per group and band (depthwise included: summing shifted slices times per-channel taps
-        measured 1.4 to 2.7 times slower than its batched GEMM in NumPy). Temporaries live in
+        per group and band (depthwise included here; the NumPy backend takes its own
+        Winograd and depthwise paths first, numpy_cpu/fast.py). Temporaries live in
         `scratch` memory when given (a run's arena). float16 and bfloat16 compute in float32
         and round once into `out`.
         """
