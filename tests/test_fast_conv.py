@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import onemodel.backends.array_kernels as array_kernels
+import onemodel.backends.convolution as convolution
 from onemodel import Session
 from onemodel.backends import KernelPaths
 from onemodel.graph.importer import model_from_proto
@@ -121,7 +121,7 @@ def test_bands_of_output_rows_cover_the_output(monkeypatch: pytest.MonkeyPatch) 
     x = rng.standard_normal((2, 4, 13, 11)).astype(np.float32)
     w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
     kernels = KernelPaths.get("numpy")
-    monkeypatch.setattr(array_kernels, "_BAND_ELEMENTS", 4 * 9 * 11 * 3)  # three rows a band
+    monkeypatch.setattr(convolution, "_BAND_ELEMENTS", 4 * 9 * 11 * 3)  # three rows a band
     banded = np.full((2, 6, 13, 11), np.nan, dtype=np.float32)
     kernels.conv_arrays(x, w, banded, (1, 1), (1, 1), (1, 1), 1)
     expected = direct_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)

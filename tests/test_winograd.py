@@ -55,15 +55,16 @@ def test_winograd_matches_the_direct_sum(
 def test_the_fast_backend_prepares_a_transform_only_for_wide_3x3_float32_filters():
     rng = np.random.default_rng(0)
     kernels = NumpyKernels()
-    wide = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    wide = rng.standard_normal((64, 96, 3, 3)).astype(np.float32)
     assert kernels.conv_weights(wide, 1).winograd.block == 4
-    deep = rng.standard_normal((256, 32, 3, 3)).astype(np.float32)
+    deep = rng.standard_normal((256, 96, 3, 3)).astype(np.float32)
     assert kernels.conv_weights(deep, 1).winograd.block == 2
     for w, group in [
         (rng.standard_normal((16, 16, 3, 3)).astype(np.float32), 1),  # too few channels
-        (rng.standard_normal((64, 32, 3, 3)).astype(np.float32), 2),  # grouped
-        (rng.standard_normal((64, 64, 5, 5)).astype(np.float32), 1),  # not 3×3
-        (rng.standard_normal((64, 64, 3, 3)), 1),  # float64
+        (rng.standard_normal((128, 64, 3, 3)).astype(np.float32), 1),  # 64 inputs: direct
+        (rng.standard_normal((96, 48, 3, 3)).astype(np.float32), 2),  # grouped
+        (rng.standard_normal((96, 96, 5, 5)).astype(np.float32), 1),  # not 3×3
+        (rng.standard_normal((96, 96, 3, 3)), 1),  # float64
     ]:
         assert isinstance(kernels.conv_weights(w, group), np.ndarray)
 
@@ -71,9 +72,9 @@ def test_the_fast_backend_prepares_a_transform_only_for_wide_3x3_float32_filters
 @pytest.mark.parametrize(
     "shape, strides, expect_winograd",
     [
-        ((1, 64, 20, 20), (1, 1), True),
-        ((1, 64, 20, 20), (2, 2), False),  # strided: the direct path
-        ((1, 64, 6, 6), (1, 1), False),  # 4 tiles: too few columns for the GEMMs
+        ((1, 96, 20, 20), (1, 1), True),
+        ((1, 96, 20, 20), (2, 2), False),  # strided: the direct path
+        ((1, 96, 6, 6), (1, 1), False),  # 4 tiles: too few columns for the GEMMs
     ],
 )
 def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(

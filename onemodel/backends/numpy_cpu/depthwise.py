@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onemodel.backends.array_kernels import Scratch
+from onemodel.backends.array_types import Scratch
 
 
 def depthwise_conv(

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.backends.array_kernels import ArrayKernels, Scratch
+from onemodel.backends.array_kernels import ArrayKernels
+from onemodel.backends.array_types import Scratch
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import depthwise_conv
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.backends.array_kernels import Scratch
+from onemodel.backends.array_types import Scratch
 
 # Input transform Bᵀ, filter transform G and output transform Aᵀ per output block size m
 # (interpolation points 0, ±1 for m = 2; 0, ±1, ±2 and ∞ for m = 4).
@@ -62,9 +62,15 @@ _BAND_ELEMENTS = 1 << 19
 # the GEMMs efficient; below them the direct path measured faster (512 channels at 7×7, one
 # image: F(2×2) 1.11× the direct time).
 _MIN_COLUMNS = {4: 16, 2: 32}
-# Winograd pays only once its GEMMs outweigh the transforms (32 channels at 112×112: F(4×4)
-# 0.95× the direct time; 16 channels only break even).
-_MIN_CHANNELS = 32
+# More input channels than this, or the direct path. Measured, Winograd pays from about 32
+# channels (32 at 112×112: 0.95× the direct time; 64 at 56×56: 0.68×), but its per-frequency
+# GEMMs round channels with identical filters differently by their row position in BLAS, and
+# the direct path, on one test model, does not. The ONNX suite's light
+# SqueezeNet depends on that: all-equal generated weights give 1000 equal logits of about
+# 1e10 whose softmax is uniform only while they stay bit-identical, and its 3×3 layers have
+# 32, 48 and 64 input channels. So fast mode keeps the direct path up to 64.
+_MAX_DIRECT_CHANNELS = 64
+_MIN_FILTERS = 32  # output channels; fewer measured no gain
 # From this many channels F(2×2): deep layers run at 14×14 or 7×7, where 4×4 blocks leave
 # few tiles (256 channels at 14×14: F(2×2) 0.78×, F(4×4) 0.88× the direct time), and its
 # transform holds 16/9 of W where F(4×4)'s holds 4×.
@@ -93,7 +99,8 @@ def winograd_filter(w: np.ndarray, group: int) -> WinogradFilter | None:
         w.dtype != np.float32
         or group != 1
         or w.shape[2:] != (3, 3)
-        or min(w.shape[:2]) < _MIN_CHANNELS
+        or w.shape[1] <= _MAX_DIRECT_CHANNELS
+        or w.shape[0] < _MIN_FILTERS
     ):
         return None
     return transformed_filter(w, 4 if max(w.shape[:2]) < _SMALL_BLOCK_CHANNELS else 2)
@@ -144,7 +151,9 @@ def winograd_conv(
     bt, _, at = (np.array(a, dtype=np.float32) for a in _TRANSFORMS[m])
     u = prepared.transformed
     filters = u.shape[1]
-    aligned = out_h == rows * m * dh and out_w == cols * m * dw
+    # Blocks go straight into `out` when they tile it exactly and it is one C-contiguous array
+    # (a Concat's slice, for one, is not: reshaping it would copy).
+    aligned = out_h == rows * m * dh and out_w == cols * m * dw and out.flags.c_contiguous
     # Output positions as [n, m, tile row, block row, row residue, tile column, block column,
     # column residue]: o = (tile · m + block) · d + residue.
     blocks = out.reshape(batch, filters, rows, m, dh, cols, m, dw) if aligned else None
