@@ -4,10 +4,12 @@ Nine "light" models ship inside the onnx package (`onnx/backend/test/data/light`
 architectures of the ONNX model zoo classics at full 1x3x224x224 size, with their weights
 replaced by small generated constants, so they carry real compute but no inputs file (the
 benchmark generates inputs from the declared types). Three small PyTorch exports live in
-`tests/models` with an `.inputs.npz` beside each. The issue's named PyTorch set (a ResNet-18 at
-224x224, a BERT-style encoder at sequence 128, a GPT-2 block, an LSTM and a GRU) is too large to
-commit: `python tools/export_models.py --bench-set` writes it to `benchmarks/models/`, and the
-set includes each model found there; `missing_exports()` names the ones that are not.
+`tests/models` with an `.inputs.npz` beside each. The issue's named PyTorch set (ResNet-18 and
+ResNet-50 at 224x224, a BERT-style encoder at sequence 128, a GPT-2 block, an LSTM and a GRU,
+MobileNetV2/V3, EfficientNet-B0, a YOLO-style detector, a CRNN recogniser, a Keras-style 1-D
+CNN and a DB-style text detector) is too large to commit: `python tools/export_models.py
+--bench-set` writes it to `benchmarks/models/`, and the set includes each model found there;
+`missing_exports()` names the ones that are not.
 
 `iterations`/`warmup`, when set, cap the command's `--iterations`/`--warmup` for a model that
 is slow enough that a handful of runs already gives a stable median.
@@ -83,6 +85,14 @@ _EXPORTS = (
     ("gpt2_block", "PyTorch export: GPT-2 (124M) decoder block, sequence 128", 10),
     ("lstm", "PyTorch export: 2-layer LSTM (hidden 256), sequence 64", None),
     ("gru", "PyTorch export: 2-layer GRU (hidden 256), sequence 64", None),
+    ("resnet50_224", "PyTorch export: ResNet-50, 1x3x224x224", 5),
+    ("mobilenet_v2", "torchvision MobileNetV2 (random weights), 1x3x224x224", 10),
+    ("mobilenet_v3", "torchvision MobileNetV3-Large (HardSwish), 1x3x224x224", 10),
+    ("efficientnet_b0", "timm EfficientNet-B0 (SiLU, squeeze-excite), 1x3x224x224", 10),
+    ("yolo_silu", "YOLOv8-style detector (Conv+SiLU, C2f, nearest upsample), 1x3x320x320", 10),
+    ("crnn_ocr", "CRNN-style OCR recogniser: conv stack + 2-layer BiLSTM, 1x1x32x128", 10),
+    ("keras_cnn1d", "Keras-style 1-D CNN, one-hot by Equal->Cast over 257 symbols, 2048 ids", 10),
+    ("db_detector", "DB-style text detector: FPN, nearest Resize, ConvTranspose 2x2/2", 10),
 )
 
 

@@ -1,5 +1,6 @@
 """`onemodel bench` and `onemodel run --trace`."""
 
+import ast
 import dataclasses
 import json
 import sys
@@ -109,6 +110,14 @@ def test_the_benchmark_set_takes_the_exports_found_and_names_the_missing(tmp_pat
         "gpt2_block",
         "lstm",
         "gru",
+        "resnet50_224",
+        "mobilenet_v2",
+        "mobilenet_v3",
+        "efficientnet_b0",
+        "yolo_silu",
+        "crnn_ocr",
+        "keras_cnn1d",
+        "db_detector",
     }
     assert "export_models.py --bench-set" in missing_line(tmp_path)
     light = bench_set(exports=tmp_path)[0].path
@@ -116,6 +125,19 @@ def test_the_benchmark_set_takes_the_exports_found_and_names_the_missing(tmp_pat
     names = [m.name for m in bench_set(exports=tmp_path)]
     assert "lstm" in names and "gru" not in names
     assert "lstm" not in missing_exports(tmp_path) and "gru" in missing_line(tmp_path)
+
+
+def test_the_benchmark_set_lists_what_the_export_tool_exports():
+    """bench_models names the models `tools/export_models.py --bench-set` writes (read from
+    its source: the tool needs torch)."""
+    source = (Path(__file__).resolve().parent.parent / "tools" / "export_models.py").read_text()
+    tree = ast.parse(source)
+    exported = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "BENCH_SET"
+    )
+    assert set(missing_exports(Path("/nonexistent"))) == set(exported)
 
 
 def test_trace_events_have_the_chrome_format():

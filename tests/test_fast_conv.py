@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import onemodel.backends.array_kernels as array_kernels
+import onemodel.backends.convolution as convolution
 from onemodel import Session
 from onemodel.backends import KernelPaths
 from onemodel.graph.importer import model_from_proto
@@ -61,6 +61,14 @@ CASES = {
     "grouped": ((2, 6, 7, 7), (9, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
     "depthwise": ((1, 5, 8, 8), (5, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
     "depthwise strided": ((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),
+    # Depthwise tap by tap (numpy_cpu/depthwise.py): phases of strides 2 and 3, dilation,
+    # uneven pads, pads wider than the kernel's reach, a 5×5 kernel, an unpadded one.
+    "depthwise phases": ((2, 3, 11, 10), (3, 1, 3, 3), (3, 2), (0, 2, 1, 1), (1, 1), 3),
+    "depthwise dilated": ((1, 4, 12, 13), (4, 1, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 4),
+    "depthwise strided dilated": ((1, 2, 15, 15), (2, 1, 3, 3), (2, 2), (2, 1, 2, 1), (2, 3), 2),
+    "depthwise wide pads": ((1, 3, 5, 5), (3, 1, 3, 3), (1, 1), (3, 0, 1, 4), (1, 1), 3),
+    "depthwise 5x5": ((1, 6, 14, 14), (6, 1, 5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 6),
+    "depthwise unpadded": ((1, 6, 9, 7), (6, 1, 3, 2), (1, 1), (0, 0, 0, 0), (1, 1), 6),
     "1-D": ((2, 3, 17), (4, 3, 5), (2,), (2, 1), (1,), 1),
     "3-D": ((1, 2, 5, 6, 4), (3, 2, 3, 2, 2), (1, 2, 1), (1, 0, 1, 1, 1, 0), (1, 1, 2), 1),
     "windows past the input": ((1, 2, 6, 6), (3, 2, 2, 2), (3, 3), (0, 0, 0, 0), (1, 1), 1),
@@ -113,7 +121,7 @@ def test_bands_of_output_rows_cover_the_output(monkeypatch: pytest.MonkeyPatch) 
     x = rng.standard_normal((2, 4, 13, 11)).astype(np.float32)
     w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
     kernels = KernelPaths.get("numpy")
-    monkeypatch.setattr(array_kernels, "_BAND_ELEMENTS", 4 * 9 * 11 * 3)  # three rows a band
+    monkeypatch.setattr(convolution, "_BAND_ELEMENTS", 4 * 9 * 11 * 3)  # three rows a band
     banded = np.full((2, 6, 13, 11), np.nan, dtype=np.float32)
     kernels.conv_arrays(x, w, banded, (1, 1), (1, 1), (1, 1), 1)
     expected = direct_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
@@ -165,3 +173,45 @@ def test_a_constant_weight_is_prepared_once_and_a_computed_one_every_run() -> No
         (y,) = computed.run(None, {"x": x, "w": other})
         expected = direct_conv(x, other, (1, 1), (1,) * 4, (1, 1), 1) + bias
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def direct_conv_transpose(x, w, strides, group):
+    """Each input element scatters its weights: out[o·s + k] += w[c, m, k]·x[c, o], float64."""
+    batch, channels, *spatial = x.shape
+    per_group, kernel = w.shape[1], w.shape[2:]
+    size = [(n - 1) * s + k for n, s, k in zip(spatial, strides, kernel, strict=True)]
+    out = np.zeros((batch, per_group * group, *size))
+    inputs_per_group = channels // group
+    for c in range(channels):
+        g = c // inputs_per_group
+        for position in itertools.product(*(range(n) for n in spatial)):
+            for taps in itertools.product(*(range(k) for k in kernel)):
+                target = tuple(p * s + t for p, s, t in zip(position, strides, taps, strict=True))
+                value = x[(slice(None), c, *position)].astype(np.float64)
+                weights = w[(c, slice(None), *taps)].astype(np.float64)
+                out[(slice(None), slice(g * per_group, (g + 1) * per_group), *target)] += (
+                    value[:, None] * weights[None, :]
+                )
+    return out
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, strides, group",
+    [
+        ((2, 4, 5, 6), (4, 3, 2, 2), (2, 2), 1),  # the 2×2/2 upsampling: one copy per offset
+        ((1, 4, 3, 4), (4, 2, 3, 2), (3, 2), 2),  # kernel = stride, grouped, uneven
+        ((1, 3, 7), (3, 2, 4), (4,), 1),  # 1-D
+        ((1, 2, 4, 4), (2, 3, 3, 3), (2, 2), 1),  # overlapping offsets: the strided adds
+    ],
+)
+def test_conv_transpose_arrays_match_the_direct_scatter(x_shape, w_shape, strides, group) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    expected = direct_conv_transpose(x, w, strides, group)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    rank = len(strides)
+    KernelPaths.get("numpy").conv_transpose_arrays(
+        x, w, out, strides, (0,) * rank, (1,) * rank, group
+    )
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

@@ -333,7 +333,27 @@ def export(name: str, out: Path) -> None:
 # Written to benchmarks/models/ (too large for tests/models) with the same `<name>.inputs.npz`
 # beside each, which `onemodel bench benchmarks/models/<name>.onnx` picks up.
 
-BENCH_SET = ("resnet18_224", "bert_seq128", "gpt2_block", "lstm", "gru")
+BENCH_SET = (
+    "resnet18_224",
+    "bert_seq128",
+    "gpt2_block",
+    "lstm",
+    "gru",
+    "resnet50_224",
+    "mobilenet_v2",
+    "mobilenet_v3",
+    "efficientnet_b0",
+    "yolo_silu",
+    "crnn_ocr",
+    "keras_cnn1d",
+    "db_detector",
+)
+# The torchvision / timm architectures of the set, built with random weights (nothing downloaded).
+VISION = {
+    "mobilenet_v2": ("torchvision", "mobilenet_v2"),
+    "mobilenet_v3": ("torchvision", "mobilenet_v3_large"),
+    "efficientnet_b0": ("timm", "efficientnet_b0"),
+}
 BENCH_OUT = Path("benchmarks/models")
 
 
@@ -484,6 +504,164 @@ class Recurrent(nn.Module):
         return self.head(self.rnn(x)[0])
 
 
+def conv_bn_silu(cin: int, cout: int, kernel: int = 3, stride: int = 1) -> nn.Sequential:
+    """YOLOv5/v8's Conv: convolution, batch norm, SiLU."""
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.SiLU(),
+    )
+
+
+class CSPBlock(nn.Module):
+    """YOLOv8's C2f, shortened: split, two residual 3x3 pairs on one half, concatenate."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        half = channels // 2
+        self.split = conv_bn_silu(channels, channels, 1)
+        self.inner = nn.Sequential(conv_bn_silu(half, half), conv_bn_silu(half, half))
+        self.merge = conv_bn_silu(channels + half, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.split(x).chunk(2, dim=1)
+        return self.merge(torch.cat([a, b, b + self.inner(b)], dim=1))
+
+
+class YoloSiLU(nn.Module):
+    """A small YOLOv8-style detector on (batch, 3, 320, 320): strided Conv+SiLU backbone with
+    CSP blocks, nearest upsampling into a two-scale neck, 1x1 heads (box + 80 classes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(conv_bn_silu(3, 16, stride=2), conv_bn_silu(16, 32, stride=2))
+        self.stage3 = nn.Sequential(CSPBlock(32), conv_bn_silu(32, 64, stride=2), CSPBlock(64))
+        self.stage4 = nn.Sequential(conv_bn_silu(64, 128, stride=2), CSPBlock(128))
+        self.stage5 = nn.Sequential(conv_bn_silu(128, 256, stride=2), CSPBlock(256))
+        self.lateral = conv_bn_silu(256 + 128, 128, 1)
+        self.head_small = nn.Conv2d(128, 84, 1)
+        self.head_large = nn.Conv2d(256, 84, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p4 = self.stage4(self.stage3(self.stem(x)))
+        p5 = self.stage5(p4)
+        up = nn.functional.interpolate(p5, scale_factor=2.0, mode="nearest")
+        n4 = self.lateral(torch.cat([up, p4], dim=1))
+        small = self.head_small(n4).flatten(2)
+        large = self.head_large(p5).flatten(2)
+        return torch.cat([small, large], dim=2)
+
+
+class CRNN(nn.Module):
+    """A CRNN-style OCR recogniser on (batch, 1, 32, 128): VGG-like conv stack to a width
+    sequence, a 2-layer bidirectional LSTM (hidden 128), per-step class logits."""
+
+    def __init__(self, classes: int = 97) -> None:
+        super().__init__()
+
+        def block(cin: int, cout: int, pool: tuple[int, int]) -> list[nn.Module]:
+            return [
+                nn.Conv2d(cin, cout, 3, padding=1),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(),
+                nn.MaxPool2d(pool),
+            ]
+
+        self.features = nn.Sequential(
+            *block(1, 64, (2, 2)),
+            *block(64, 128, (2, 2)),
+            *block(128, 256, (2, 1)),
+            *block(256, 256, (2, 1)),
+            *block(256, 256, (2, 1)),
+        )
+        self.rnn = nn.LSTM(256, 128, num_layers=2, bidirectional=True, batch_first=True)
+        self.classifier = nn.Linear(256, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sequence = self.features(x).squeeze(2).transpose(1, 2)  # (batch, width, channels)
+        return self.classifier(self.rnn(sequence)[0])
+
+
+class KerasCNN1D(nn.Module):
+    """A Keras-style 1-D text CNN on token ids (batch, 2048): a one-hot input built by
+    Equal -> Cast over a 257-symbol alphabet, Conv1D + ReLU + MaxPool1D stages, global max
+    pooling, a dense head."""
+
+    def __init__(self, symbols: int = 257) -> None:
+        super().__init__()
+        self.register_buffer("alphabet", torch.arange(symbols).reshape(1, 1, symbols))
+        self.features = nn.Sequential(
+            nn.Conv1d(symbols, 128, 7, padding=3), nn.ReLU(), nn.MaxPool1d(3),
+            nn.Conv1d(128, 128, 7, padding=3), nn.ReLU(), nn.MaxPool1d(3),
+            nn.Conv1d(128, 128, 3, padding=1), nn.ReLU(),
+        )  # fmt: skip
+        self.head = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 2))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        one_hot = (ids.unsqueeze(-1) == self.alphabet).float()  # Equal -> Cast
+        features = self.features(one_hot.transpose(1, 2))
+        return self.head(features.amax(dim=2))
+
+
+class DBDetector(nn.Module):
+    """A DB-style (differentiable binarisation) text detector on (batch, 3, 320, 320): a
+    small strided backbone, an FPN with nearest Resize to 1/4 scale, and a probability head
+    that upsamples with two 2x2 stride-2 ConvTransposes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        widths = (16, 32, 64, 128)
+        stages, cin = [], 3
+        for index, cout in enumerate(widths):
+            stride = 4 if index == 0 else 2
+            stages.append(
+                nn.Sequential(conv_bn(cin, cout, 2), conv_bn(cout, cout, 1))
+                if stride == 2
+                else nn.Sequential(conv_bn(cin, cout, 2), conv_bn(cout, cout, 2))
+            )
+            cin = cout
+        self.stages = nn.ModuleList(stages)
+        self.laterals = nn.ModuleList(nn.Conv2d(w, 64, 1) for w in widths)
+        self.smooth = nn.ModuleList(nn.Conv2d(64, 16, 3, padding=1) for _ in widths)
+        self.head = nn.Sequential(
+            conv_bn(64, 16),
+            nn.ConvTranspose2d(16, 16, 2, stride=2), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.ConvTranspose2d(16, 1, 2, stride=2), nn.Sigmoid(),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = []
+        for stage in self.stages:
+            x = stage(x)
+            features.append(x)
+        laterals = [lateral(f) for lateral, f in zip(self.laterals, features, strict=True)]
+        for index in range(len(laterals) - 1, 0, -1):
+            laterals[index - 1] = laterals[index - 1] + nn.functional.interpolate(
+                laterals[index], scale_factor=2.0, mode="nearest"
+            )
+        size = laterals[0].shape[2:]
+        fused = torch.cat(
+            [
+                nn.functional.interpolate(smooth(f), size=size, mode="nearest")
+                for smooth, f in zip(self.smooth, laterals, strict=True)
+            ],
+            dim=1,
+        )
+        return self.head(fused)
+
+
+def vision_model(name: str) -> nn.Module:
+    """A torchvision or timm classifier of the set with random weights."""
+    library, architecture = VISION[name]
+    if library == "torchvision":
+        import torchvision
+
+        return getattr(torchvision.models, architecture)(weights=None)
+    import timm
+
+    return timm.create_model(architecture, pretrained=False)
+
+
 def bench_build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str], dict]:
     """A benchmark-set model in eval mode, its inputs, output names and export options."""
     torch.manual_seed(0)
@@ -515,6 +693,25 @@ def bench_build(name: str) -> tuple[nn.Module, dict[str, np.ndarray], list[str],
         model = Recurrent(nn.LSTM if name == "lstm" else nn.GRU)
         inputs = {"sequence": rng.standard_normal((1, 64, 128)).astype(np.float32)}
         outputs, axes = ["logits"], {"sequence": {0: "batch"}, "logits": {0: "batch"}}
+    elif name in VISION:
+        model = vision_model(name)
+        randomise_batchnorm(model, torch.Generator().manual_seed(1))
+        inputs = {"image": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+        outputs, axes = ["logits"], {"image": {0: "batch"}, "logits": {0: "batch"}}
+    elif name in ("yolo_silu", "db_detector"):
+        model = YoloSiLU() if name == "yolo_silu" else DBDetector()
+        randomise_batchnorm(model, torch.Generator().manual_seed(1))
+        inputs = {"image": rng.standard_normal((1, 3, 320, 320)).astype(np.float32)}
+        outputs, axes = ["maps"], {"image": {0: "batch"}, "maps": {0: "batch"}}
+    elif name == "crnn_ocr":
+        model = CRNN()
+        randomise_batchnorm(model, torch.Generator().manual_seed(1))
+        inputs = {"line": rng.standard_normal((1, 1, 32, 128)).astype(np.float32)}
+        outputs, axes = ["logits"], {"line": {0: "batch"}, "logits": {0: "batch"}}
+    elif name == "keras_cnn1d":
+        model = KerasCNN1D()
+        inputs = {"ids": rng.integers(0, 257, size=(1, 2048), dtype=np.int64)}
+        outputs, axes = ["logits"], {"ids": {0: "batch"}, "logits": {0: "batch"}}
     else:
         raise ValueError(name)
     model.eval()

@@ -136,10 +136,12 @@ class Kernels(Protocol):
         pads: Any,
         dilations: Any,
         group: int,
+        scratch: Any = None,
         exact: bool = False,
     ) -> None:
-        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias
-        (`exact`: exact_matmul_arrays columns, ordered float64 col2im, one rounding)."""
+        """N-D grouped transposed convolution of x (N, C, *S) with w (C, M/group, *K), no bias;
+        temporaries from `scratch` when given (`exact`: exact_matmul_arrays columns, ordered
+        float64 col2im, one rounding)."""
 
     def max_pool_arrays(
         self,

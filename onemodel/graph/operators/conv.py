@@ -332,7 +332,7 @@ class ConvTransposeOp(Convolution):
         strides = self.windows.per_axis("strides", self.windows.strides, rank, 1)
         dilations = self.windows.per_axis("dilations", self.windows.dilations, rank, 1)
         ctx.kernels.conv_transpose_arrays(
-            x, w, out, strides, begin, dilations, self.group, exact=ctx.exact
+            x, w, out, strides, begin, dilations, self.group, scratch=ctx.scratch, exact=ctx.exact
         )
         self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
 

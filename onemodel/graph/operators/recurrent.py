@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from onemodel.backends import exact_activations
+from onemodel.backends import recurrent as recurrent_cells
 from onemodel.backends.exact_elementary import expm1_64, tanh64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
@@ -141,6 +142,7 @@ class Recurrent(Operator):
     gates: ClassVar[int]  # blocks of H rows in W and R
     default_activations: ClassVar[tuple[str, ...]]  # one direction's
     states: ClassVar[int] = 1  # state tensors carried from step to step (h, and c for LSTM)
+    sigmoid_gates: ClassVar[int] = 0  # leading gates a sigmoid activates (default activations)
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -166,6 +168,13 @@ class Recurrent(Operator):
             raise node.invalid(f"{node.op_type} layout must be 0 or 1, got {self.layout}")
         self.activations = self._activations(node)
         self.wanted = tuple(bool(name) for name in node.outputs)
+        # The default activations without clip run through the fused cells of
+        # backends/recurrent.py in fast mode.
+        names = [_text(n).lower() for n in node.attr("activations", ())]
+        defaults = [a.lower() for a in self.default_activations]
+        self.fusable = self.clip is None and all(
+            names[k : k + len(defaults)] == defaults for k in range(0, len(names), len(defaults))
+        )
 
     def _activations(self, node: NodeInfo) -> tuple[tuple[Activation, ...], ...]:
         """Per direction; alphas and betas are consumed in order by the functions that use
@@ -254,14 +263,14 @@ class Recurrent(Operator):
         with quiet():
             for d in range(self.directions):
                 weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact)
-                state = self._run_direction(xp, inputs, x, d, lengths, y, weights, cast)
+                state = self._run_direction(ctx, inputs, x, d, lengths, y, weights, cast)
                 for final, value in zip(finals, state, strict=True):
                     if final is not None:
                         store(xp, final[d], value)
 
     def _run_direction(
         self,
-        xp: Any,
+        ctx: RunContext,
         inputs: Sequence[Array | None],
         x: Array,
         d: int,
@@ -272,9 +281,21 @@ class Recurrent(Operator):
     ) -> tuple[Array, ...]:
         """Direction d over time-major x ([T, B, I], working type), writing y[:, d] when wanted;
         returns the final state."""
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
         steps, batch, hidden = x.shape[0], x.shape[1], inputs[_R].shape[2]
         size = self.gates * hidden
-        projected = weights.matmul(x, cast(inputs[_W][d]).T)
+        if ctx.exact:
+            projected = weights.matmul(x, cast(inputs[_W][d]).T)
+        else:
+            # One GEMM over every time step (a [T, B, I] operand would make T products), into
+            # the run's scratch: a fresh array of this size (1.6 MB for 100 steps of 8 × 4·128)
+            # costs its page faults in every run.
+            projected = ctx.scratch((steps, batch, size), x.dtype)
+            xp.matmul(
+                x.reshape(steps * batch, x.shape[2]),
+                cast(inputs[_W][d]).T,
+                out=projected.reshape(-1, size),
+            )
         bias = _optional(inputs, _B)
         if bias is not None:
             projected += cast(bias[d, :size])
@@ -285,6 +306,20 @@ class Recurrent(Operator):
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
         )
         backward = self.reverse or d == 1
+        if (
+            not ctx.exact
+            and self.fusable
+            and weights.peepholes is None
+            and (lengths is None or not lengths.size or int(lengths.min()) == steps)
+        ):
+            scale = recurrent_cells.sigmoid_scale(
+                xp, self.sigmoid_gates, self.gates, hidden, x.dtype
+            )
+            projected *= scale
+            fused = DirectionWeights(
+                weights.recurrence * scale, weights.bias, None, weights.activations, xp.matmul
+            )
+            return self.cells(xp, projected, state, fused, None if y is None else y[:, d], backward)
         for t in range(steps - 1, -1, -1) if backward else range(steps):
             new = self.step(xp, projected[t], state, weights)
             if lengths is None:
@@ -360,6 +395,20 @@ class Recurrent(Operator):
         """The new state from the state and this step's X·Wᵀ + Wb ([B, gates·H])."""
         raise NotImplementedError
 
+    def cells(
+        self,
+        xp: Any,
+        projected: Array,
+        state: tuple[Array, ...],
+        weights: DirectionWeights,
+        y: Array | None,
+        backward: bool,
+    ) -> tuple[Array, ...]:
+        """Every step with the default activations (`fusable`, fast mode): `projected` and Rᵀ
+        have the sigmoid gates' columns scaled by 1/2 (backends/recurrent.py); returns the
+        final state."""
+        raise NotImplementedError
+
 
 class RNNOp(Recurrent):
     """Ht = f(Xt·Wᵀ + Ht-1·Rᵀ + Wb + Rb)."""
@@ -374,12 +423,16 @@ class RNNOp(Recurrent):
         (f,) = weights.activations
         return (f(xp, self.clipped(xp, projected + weights.matmul(h, weights.recurrence))),)
 
+    def cells(self, xp, projected, state, weights, y, backward):
+        return recurrent_cells.rnn_cells(xp, projected, state[0], weights.recurrence, y, backward)
+
 
 class GRUOp(Recurrent):
     """Gates z, r, h; `linear_before_reset` (opset 3 on) applies r after the recurrence."""
 
     gates = 3
     default_activations = ("Sigmoid", "Tanh")
+    sigmoid_gates = 2
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -409,6 +462,13 @@ class GRUOp(Recurrent):
         candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
         return (candidate + z * (h - candidate),)  # (1 − z)·candidate + z·h
 
+    def cells(self, xp, projected, state, weights, y, backward):
+        size = weights.bias.shape[0]
+        hidden_bias = weights.bias[2 * size // 3 :] if self.linear_before_reset else None
+        return recurrent_cells.gru_cells(
+            xp, projected, state[0], weights.recurrence, y, backward, hidden_bias
+        )
+
 
 class LSTMOp(Recurrent):
     """Gates i, o, f, c with optional peepholes P (i, o, f); `input_forget` couples f = 1 - i."""
@@ -416,10 +476,12 @@ class LSTMOp(Recurrent):
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     states = 2
+    sigmoid_gates = 3
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.input_forget = bool(node.attr("input_forget", 0))
+        self.fusable = self.fusable and not self.input_forget
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
@@ -447,6 +509,10 @@ class LSTMOp(Recurrent):
         o = f(xp, self.clipped(xp, o))
         return o * activation_h(xp, c), c
 
+    def cells(self, xp, projected, state, weights, y, backward):
+        h, c = state
+        return recurrent_cells.lstm_cells(xp, projected, h, c, weights.recurrence, y, backward)
+
 
 class _Cast:
     """Fast mode's conversion into the working type."""
@@ -455,7 +521,7 @@ class _Cast:
         self.work = work
 
     def __call__(self, array: Array) -> Array:
-        return array.astype(self.work)
+        return array.astype(self.work, copy=False)
 
 
 class _ExactCast:

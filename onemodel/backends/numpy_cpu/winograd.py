@@ -1,0 +1,215 @@
+"""Winograd convolution F(m×m, 3×3) for stride-1 3×3 convolutions (fast mode, NumPy).
+
+A 3×3 convolution computes each m×m block of outputs from an (m+2)×(m+2) tile of inputs.
+Winograd's minimal filtering turns that block into (m+2)² element-wise products in a transformed
+space: V = Bᵀ d B (input tile), U = G g Gᵀ (filter, once per plan), Y = Aᵀ (U ⊙ V) A. Summed
+over input channels, the products become (m+2)² GEMMs (M, C) × (C, tiles), so F(2×2, 3×3)
+does 16 multiplications per 4 outputs (2.25× fewer than the direct 9 per output) and
+F(4×4, 3×3) 36 per 16 (4× fewer). BLAS runs the GEMMs at the same rate as im2col's, so the
+saving is the multiplications; the transforms are small GEMMs (K = m+2) over whole bands of
+tiles, one pass each.
+
+Dilation d reads every d-th input: outputs of one residue (o mod d) along each axis form an
+undilated convolution over the inputs of that residue, so the tiles take the residues as
+extra columns (DeepLabV3's dilated 3×3 convolutions).
+
+Error (float32, unit-scale data): F(2×2) within about 1e-6 and F(4×4) within about 2e-5 of
+the largest output, relative (tests/test_winograd.py states the bound it checks). Exact mode
+never comes here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onemodel.backends.array_types import Scratch
+
+# Input transform Bᵀ, filter transform G and output transform Aᵀ per output block size m
+# (interpolation points 0, ±1 for m = 2; 0, ±1, ±2 and ∞ for m = 4).
+_TRANSFORMS: dict[int, tuple[list[list[float]], list[list[float]], list[list[float]]]] = {
+    2: (
+        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]],
+    ),
+    4: (
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    ),
+}
+
+# Elements of one band's transformed tiles: the band's arrays stay in cache between passes.
+_BAND_ELEMENTS = 1 << 19
+# The fewest tile columns (GEMM columns: images × tiles × residues) per block size that keep
+# the GEMMs efficient; below them the direct path measured faster (512 channels at 7×7, one
+# image: F(2×2) 1.11× the direct time).
+_MIN_COLUMNS = {4: 16, 2: 32}
+# More input channels than this, or the direct path. Measured, Winograd pays from about 32
+# channels (32 at 112×112: 0.95× the direct time; 64 at 56×56: 0.68×), but its per-frequency
+# GEMMs round channels with identical filters differently by their row position in BLAS, and
+# the direct path, on one test model, does not. The ONNX suite's light
+# SqueezeNet depends on that: all-equal generated weights give 1000 equal logits of about
+# 1e10 whose softmax is uniform only while they stay bit-identical, and its 3×3 layers have
+# 32, 48 and 64 input channels. So fast mode keeps the direct path up to 64.
+_MAX_DIRECT_CHANNELS = 64
+_MIN_FILTERS = 32  # output channels; fewer measured no gain
+# From this many channels F(2×2): deep layers run at 14×14 or 7×7, where 4×4 blocks leave
+# few tiles (256 channels at 14×14: F(2×2) 0.78×, F(4×4) 0.88× the direct time), and its
+# transform holds 16/9 of W where F(4×4)'s holds 4×.
+_SMALL_BLOCK_CHANNELS = 256
+
+
+@dataclass(frozen=True)
+class WinogradFilter:
+    """A filter transformed once per plan: U (t², M, C) for output blocks of `block` × `block`,
+    t = block + 2, in float32."""
+
+    block: int
+    transformed: np.ndarray
+
+    @property
+    def tile(self) -> int:
+        return self.block + 2
+
+
+def winograd_filter(w: np.ndarray, group: int) -> WinogradFilter | None:
+    """The transformed filter of a float32 W (M, C, 3, 3) worth a Winograd path, else None.
+
+    F(4×4) below `_SMALL_BLOCK_CHANNELS` channels, F(2×2) from there (measured per layer
+    shape against the direct path, 1 thread)."""
+    if (
+        w.dtype != np.float32
+        or group != 1
+        or w.shape[2:] != (3, 3)
+        or w.shape[1] <= _MAX_DIRECT_CHANNELS
+        or w.shape[0] < _MIN_FILTERS
+    ):
+        return None
+    return transformed_filter(w, 4 if max(w.shape[:2]) < _SMALL_BLOCK_CHANNELS else 2)
+
+
+def transformed_filter(w: np.ndarray, block: int) -> WinogradFilter:
+    """U = G g Gᵀ of every (output, input) channel pair of W (M, C, 3, 3) for F(block, 3×3),
+    computed in float64 and rounded once to float32."""
+    g = np.array(_TRANSFORMS[block][1])
+    tile = block + 2
+    u = np.einsum("ik,mckl,jl->ijmc", g, w.astype(np.float64), g)
+    return WinogradFilter(
+        block, np.ascontiguousarray(u.reshape(tile * tile, *w.shape[:2]), np.float32)
+    )
+
+
+def winograd_conv(
+    x: np.ndarray,
+    prepared: WinogradFilter,
+    out: np.ndarray,
+    pads: tuple[int, ...],
+    dilations: tuple[int, ...],
+    allocate: Scratch,
+    matmul: Any,
+) -> bool:
+    """out (N, M, Ho, Wo) = the stride-1 3×3 convolution of float32 x (N, C, H, W), leading
+    `pads`, `dilations`, when its tiles fill the GEMMs (else False and nothing written).
+    `matmul(a, b, out)` is the backend's GEMM."""
+    m, t = prepared.block, prepared.tile
+    batch, channels = x.shape[:2]
+    out_h, out_w = out.shape[2:]
+    dh, dw = dilations
+    rows, cols = -(-out_h // (m * dh)), -(-out_w // (m * dw))  # tiles per residue
+    per_row = batch * dh * cols * dw  # GEMM columns per tile row
+    if rows * per_row < _MIN_COLUMNS[m]:
+        return False
+    band = max(1, min(rows, _BAND_ELEMENTS // (t * t * max(channels, out.shape[1]) * per_row)))
+    band = max(band, min(rows, -(-_MIN_COLUMNS[m] // per_row)))
+    padded = _padded(x, pads, ((rows * m + 2) * dh, (cols * m + 2) * dw), allocate)
+    sn, sc, sh, sw = padded.strides
+    # [i, j, c, n, tile row, row residue, tile column, column residue]
+    tiles = np.lib.stride_tricks.as_strided(
+        padded,
+        (t, t, channels, batch, rows, dh, cols, dw),
+        (dh * sh, dw * sw, sc, sn, m * dh * sh, sh, m * dw * sw, sw),
+        writeable=False,
+    )
+    bt, _, at = (np.array(a, dtype=np.float32) for a in _TRANSFORMS[m])
+    u = prepared.transformed
+    filters = u.shape[1]
+    # Blocks go straight into `out` when they tile it exactly and it is one C-contiguous array
+    # (a Concat's slice, for one, is not: reshaping it would copy).
+    aligned = out_h == rows * m * dh and out_w == cols * m * dw and out.flags.c_contiguous
+    # Output positions as [n, m, tile row, block row, row residue, tile column, block column,
+    # column residue]: o = (tile · m + block) · d + residue.
+    blocks = out.reshape(batch, filters, rows, m, dh, cols, m, dw) if aligned else None
+    columns_max = band * per_row
+    gathered = allocate((t * t * channels * columns_max,), np.float32)
+    halfway = allocate((t * t * channels * columns_max,), np.float32)
+    spectrum = allocate((t * t * filters * columns_max,), np.float32)
+    stage = allocate((m * t * filters * columns_max,), np.float32)
+    final = allocate((m * m * filters * columns_max,), np.float32)
+    staged = (
+        None if aligned else allocate((batch, filters, band * m * dh, cols * m * dw), np.float32)
+    )
+    for start in range(0, rows, band):
+        stop = min(start + band, rows)
+        n_cols = (stop - start) * per_row
+        d = gathered[: t * t * channels * n_cols]
+        d.reshape(t, t, channels, batch, stop - start, dh, cols, dw)[...] = tiles[
+            :, :, :, :, start:stop
+        ]
+        half = halfway[: d.size]
+        matmul(bt, d.reshape(t, -1), half.reshape(t, -1))  # Bᵀ along the tile's rows
+        v = gathered[: d.size]
+        matmul(bt, half.reshape(t, t, -1), v.reshape(t, t, -1))  # then along its columns
+        y = spectrum[: t * t * filters * n_cols].reshape(t * t, filters, n_cols)
+        matmul(u, v.reshape(t * t, channels, n_cols), y)
+        z = stage[: m * t * filters * n_cols]
+        matmul(at, y.reshape(t, -1), z.reshape(m, -1))
+        # Aᵀ along the columns last, block column innermost: the copy into the output then
+        # moves whole rows of blocks.
+        result = final[: m * m * filters * n_cols].reshape(m, -1, m)
+        for row in range(m):
+            matmul(z.reshape(m, t, -1)[row].T, at.T, result[row])
+        ordered = result.reshape(m, filters, batch, stop - start, dh, cols, dw, m).transpose(
+            2, 1, 3, 0, 4, 5, 7, 6
+        )
+        if blocks is not None:
+            blocks[:, :, start:stop] = ordered
+        else:
+            first, last = start * m * dh, min(stop * m * dh, out_h)
+            target = staged[:, :, : (stop - start) * m * dh]
+            target.reshape(batch, filters, stop - start, m, dh, cols, m, dw)[...] = ordered
+            out[:, :, first:last] = target[:, :, : last - first, :out_w]
+    return True
+
+
+def _padded(
+    x: np.ndarray, pads: tuple[int, ...], extent: tuple[int, int], allocate: Scratch
+) -> np.ndarray:
+    """x placed at `pads` in zeros of spatial `extent` (the whole tile grid)."""
+    batch, channels, height, width = x.shape
+    padded = allocate((batch, channels, *extent), x.dtype)
+    top, left = pads
+    kept_h, kept_w = min(height, extent[0] - top), min(width, extent[1] - left)
+    padded[:, :, :top] = 0
+    padded[:, :, top + kept_h :] = 0
+    padded[:, :, top : top + kept_h, :left] = 0
+    padded[:, :, top : top + kept_h, left + kept_w :] = 0
+    padded[:, :, top : top + kept_h, left : left + kept_w] = x[:, :, :kept_h, :kept_w]
+    return padded

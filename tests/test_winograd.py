@@ -1,0 +1,101 @@
+"""Winograd F(2×2, 3×3) and F(4×4, 3×3) (numpy_cpu/winograd.py) against the direct float64
+sum over taps: within 1e-4 of the largest output, relative, on unit-scale data (measured:
+F(2×2) about 1e-6, F(4×4) about 1e-5), for padding, dilation, batches, odd extents and
+several bands of tiles; the fast backend takes it only where the tiles fill its GEMMs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onemodel.backends.numpy_cpu import NumpyKernels, winograd
+from tests.test_fast_conv import direct_conv
+
+BOUND = 1e-4
+
+
+def _allocate(shape, dtype):
+    return np.full(tuple(shape), np.nan, dtype=dtype)  # scratch contents are unspecified
+
+
+def _case(rng, batch, channels, filters, height, width):
+    x = rng.standard_normal((batch, channels, height, width)).astype(np.float32)
+    w = (rng.standard_normal((filters, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float32)
+    return x, w
+
+
+@pytest.mark.parametrize("block", [2, 4])
+@pytest.mark.parametrize(
+    "batch, channels, filters, height, width, pads, dilations",
+    [
+        (1, 32, 40, 16, 16, (1, 1, 1, 1), (1, 1)),  # whole blocks
+        (2, 33, 35, 13, 11, (1, 1, 1, 1), (1, 1)),  # odd extents: cropped last blocks
+        (1, 32, 32, 16, 18, (0, 2, 1, 0), (1, 1)),  # uneven pads
+        (1, 32, 32, 17, 19, (2, 2, 2, 2), (2, 2)),  # dilated (DeepLabV3)
+        (1, 32, 32, 15, 16, (3, 2, 3, 2), (3, 2)),  # different dilations per axis
+        (1, 32, 16, 90, 90, (1, 1, 1, 1), (1, 1)),  # several bands of tile rows
+    ],
+)
+def test_winograd_matches_the_direct_sum(
+    block, batch, channels, filters, height, width, pads, dilations
+):
+    rng = np.random.default_rng(block * 1000 + height)
+    x, w = _case(rng, batch, channels, filters, height, width)
+    expected = direct_conv(x, w, (1, 1), pads, dilations, 1)
+    prepared = winograd.transformed_filter(w, block)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    kernels = NumpyKernels()
+    assert winograd.winograd_conv(
+        x, prepared, out, pads[:2], dilations, _allocate, kernels.matmul_arrays
+    )
+    error = np.abs(out - expected).max() / np.abs(expected).max()
+    assert error < BOUND
+
+
+def test_the_fast_backend_prepares_a_transform_only_for_wide_3x3_float32_filters():
+    rng = np.random.default_rng(0)
+    kernels = NumpyKernels()
+    wide = rng.standard_normal((64, 96, 3, 3)).astype(np.float32)
+    assert kernels.conv_weights(wide, 1).winograd.block == 4
+    deep = rng.standard_normal((256, 96, 3, 3)).astype(np.float32)
+    assert kernels.conv_weights(deep, 1).winograd.block == 2
+    for w, group in [
+        (rng.standard_normal((16, 16, 3, 3)).astype(np.float32), 1),  # too few channels
+        (rng.standard_normal((128, 64, 3, 3)).astype(np.float32), 1),  # 64 inputs: direct
+        (rng.standard_normal((96, 48, 3, 3)).astype(np.float32), 2),  # grouped
+        (rng.standard_normal((96, 96, 5, 5)).astype(np.float32), 1),  # not 3×3
+        (rng.standard_normal((96, 96, 3, 3)), 1),  # float64
+    ]:
+        assert isinstance(kernels.conv_weights(w, group), np.ndarray)
+
+
+@pytest.mark.parametrize(
+    "shape, strides, expect_winograd",
+    [
+        ((1, 96, 20, 20), (1, 1), True),
+        ((1, 96, 20, 20), (2, 2), False),  # strided: the direct path
+        ((1, 96, 6, 6), (1, 1), False),  # 4 tiles: too few columns for the GEMMs
+    ],
+)
+def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(
+    monkeypatch, shape, strides, expect_winograd
+):
+    rng = np.random.default_rng(1)
+    x, w = _case(rng, *shape[:2], 48, *shape[2:])
+    kernels = NumpyKernels()
+    prepared = kernels.conv_weights(w, 1)
+    calls = []
+    real = winograd.winograd_conv
+
+    def spy(*args):
+        done = real(*args)
+        calls.append(done)
+        return done
+
+    monkeypatch.setattr("onemodel.backends.numpy_cpu.fast.winograd_conv", spy)
+    pads = (1, 1, 1, 1)
+    expected = direct_conv(x, w, strides, pads, (1, 1), 1)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    kernels.conv_arrays(x, w, out, strides, pads[:2], (1, 1), 1, weights=prepared)
+    assert any(calls) == expect_winograd
+    assert np.abs(out - expected).max() / np.abs(expected).max() < BOUND
