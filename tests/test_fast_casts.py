@@ -60,6 +60,17 @@ def test_float_to_integer_in_range_is_fast_and_the_rest_is_refused(source, targe
         assert not fast_cast(np, np.array([1.0, bad], source), np.empty(2, target)), bad
 
 
+@pytest.mark.parametrize("source", TYPES)
+@pytest.mark.parametrize("target", TYPES)
+def test_zero_dimensional_arrays_cast_as_the_reference_rules(source: str, target: str) -> None:
+    """A 0-d array (a scalar Cast in Celu's and FlexAttention's expansions) stays an array
+    through every bit-operation step."""
+    x = np.asarray(_values(source)[1])
+    out = np.empty((), target)
+    if fast_cast(np, x, out):
+        _same(out, cast(x, D_TYPES[x.dtype], D_TYPES[np.dtype(target)]))
+
+
 def test_float64_to_float16_rounds_through_float32() -> None:
     twice = np.array([1 + 2**-11 + 2**-40])  # float32 rounds it to 1 + 2**-11, a tie, then 1
     out = np.empty(1, np.float16)

@@ -111,10 +111,11 @@ def _float32_to_float16(x: Any, out: Any) -> None:
     float16's last place, as IEEE addition does; minus c is then exact. Times 2^-112 that
     value's float32 bits shifted right by 13 are the float16 bits (2^16 lands on infinity's).
     """
-    magnitude = np.absolute(x)
+    # Explicit outputs throughout: on a 0-d array NumPy's ufuncs would answer scalars.
+    magnitude = np.absolute(x, out=np.empty(x.shape, np.float32))
     bits = magnitude.view(np.uint32)
     np.clip(magnitude, np.float32(0), np.float32(2.0**16), out=magnitude)
-    scale = np.bitwise_and(bits, np.uint32(0x7F800000))
+    scale = np.bitwise_and(bits, np.uint32(0x7F800000), out=np.empty(x.shape, np.uint32))
     np.add(scale, np.uint32(13 << 23), out=scale)
     scale = scale.view(np.float32)
     np.clip(scale, np.float32(0.5), np.float32(2.0**30), out=scale)
