@@ -106,10 +106,11 @@ def pow64(xp: Any, x: Array, y: Array) -> Array:
 def _pi() -> Decimal:
     """π to 60 digits by Machin's formula 16·atan(1/5) − 4·atan(1/239) (Taylor series)."""
     context = Context(prec=70)
+    negligible = Decimal(10) ** -75  # Decimal only reaches 0 at its exponent limit
 
     def atan_inverse(n: int) -> Decimal:
         total, power, k = Decimal(0), context.divide(1, n), 0
-        while power != 0:
+        while power > negligible:
             total += context.divide(power, 2 * k + 1) * (-1 if k % 2 else 1)
             power, k = context.divide(power, n * n), k + 1
         return total
