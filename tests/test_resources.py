@@ -89,10 +89,10 @@ def test_a_model_of_100000_nodes_loads_in_seconds():
         [helper.make_tensor_value_info(f"v{count}", TensorProto.FLOAT, [4])],
     )
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: other load on a shared machine does not count
     session = Session.load(data)
     (y,) = session.run(None, {"v0": np.arange(4, dtype=np.float32)})
-    assert time.perf_counter() - started < 30  # seconds, on a shared 2-core machine
+    assert time.process_time() - started < 30  # seconds; tests/test_creation_scaling.py: growth
     np.testing.assert_array_equal(y, np.arange(4, dtype=np.float32))
 
 
