@@ -86,8 +86,8 @@ def test_the_graph_runtime_layers_import_downward_only():
 
 def test_importing_the_package_imports_nothing_until_a_name_is_used():
     """Cold start (issue 16): `import onemodel` loads neither NumPy nor onnx; loading and
-    running a model leaves the onnxruntime drop-in, the eager API, the batch integrations and
-    the checked stand-in device unloaded."""
+    running a model leaves the onnxruntime drop-in, the eager API, the batch integrations, the
+    checked stand-in device and tqdm (no weights big enough for a bar) unloaded."""
     code = (
         "import sys, onemodel;"
         "bare = sorted(m for m in ('numpy', 'onnx', 'onemodel.session') if m in sys.modules);"
@@ -96,7 +96,7 @@ def test_importing_the_package_imports_nothing_until_a_name_is_used():
         "session = onemodel.Session.load(mlp_model().SerializeToString());"
         "session.run(None, {'x': np.zeros((2, 16), np.float32)});"
         "lazy = ('onemodel.compat', 'onemodel.eager', 'onemodel.integrations',"
-        " 'onemodel.backends.checked_device');"
+        " 'onemodel.backends.checked_device', 'tqdm');"
         "print(bare, sorted(m for m in lazy if m in sys.modules))"
     )
     output = subprocess.run(
