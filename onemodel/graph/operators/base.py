@@ -38,6 +38,7 @@ from onemodel.tensors.errors import TensorError
 from onemodel.tensors.shapes import check_shape
 
 Array = Any  # an array of the session's backend (numpy.ndarray or cupy.ndarray)
+MICROSOFT = "com.microsoft"  # onnxruntime's contrib-operator domain
 _MISSING = object()
 
 

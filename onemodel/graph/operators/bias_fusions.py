@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.graph.operators.base import (
+    MICROSOFT,
     Array,
     InferContext,
     NodeInfo,
@@ -26,8 +27,6 @@ from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.contrib import FastGelu
 from onemodel.graph.operators.matmul import as_matrices, matmul_shape
 from onemodel.graph.operators.unary import FLOATS, widened
-
-MICROSOFT = "com.microsoft"
 
 
 class BiasAdd(Operator):

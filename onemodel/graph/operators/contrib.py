@@ -25,6 +25,7 @@ from onemodel.graph.operators.attention import (
     RotaryEmbeddingOp,
 )
 from onemodel.graph.operators.base import (
+    MICROSOFT,
     Array,
     InferContext,
     NodeInfo,
@@ -42,8 +43,6 @@ from onemodel.graph.operators.normalization import Standardization, exact_affine
 from onemodel.graph.operators.quantize import DynamicQuantizeLinearOp, QuantizedProduct
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS, Formula, widened
 from onemodel.tensors import DType
-
-MICROSOFT = "com.microsoft"
 
 
 def _bad(node: NodeInfo, index: int, message: str) -> Exception:

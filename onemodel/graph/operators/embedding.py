@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onemodel.graph.operators.base import (
+    MICROSOFT,
     Array,
     InferContext,
     NodeInfo,
@@ -24,7 +25,6 @@ from onemodel.graph.operators.normalization import Standardization
 from onemodel.graph.operators.unary import FLOATS
 from onemodel.tensors import DType
 
-MICROSOFT = "com.microsoft"
 INPUT_IDS, SEGMENT_IDS, WORDS, POSITIONS, SEGMENTS, GAMMA, BETA, MASK, POSITION_IDS = range(9)
 _IDS = (INPUT_IDS, SEGMENT_IDS, MASK, POSITION_IDS)
 _TABLES = {WORDS: "word_embedding", POSITIONS: "position_embedding", SEGMENTS: "segment_embedding"}

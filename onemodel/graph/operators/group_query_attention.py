@@ -27,6 +27,7 @@ import numpy as np
 
 from onemodel.graph.operators.attention import NARROW_FLOATS, DotProductAttention, RotaryEmbeddingOp
 from onemodel.graph.operators.base import (
+    MICROSOFT,
     Array,
     InferContext,
     NodeInfo,
@@ -37,7 +38,6 @@ from onemodel.graph.operators.base import (
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.tensors import DType
 
-MICROSOFT = "com.microsoft"
 (
     QUERY,
     KEY,

@@ -72,6 +72,31 @@ def matmul_shape(
     return (*batch, *rows, *cols)
 
 
+def gemm_shape(
+    node: NodeInfo,
+    a: tuple[int, ...],
+    b: tuple[int, ...],
+    trans_a: bool,
+    trans_b: bool,
+    b_input: int = 1,
+) -> tuple[int, int]:
+    """(rows, cols) of op(A)·op(B) for Gemm-style 2-D operands (B is input `b_input`); other
+    ranks and unequal inner dimensions are bad input."""
+    if len(a) != 2 or len(b) != 2:
+        raise node.bad_input(
+            f"{node.op_type} needs 2-D A and B, not shapes {a} and {b}", node.inputs[0]
+        )
+    rows, inner = a[::-1] if trans_a else a
+    inner_b, cols = b[::-1] if trans_b else b
+    if inner != inner_b:
+        raise node.bad_input(
+            f"{node.op_type} of A {a} (transA={int(trans_a)}) and B {b} "
+            f"(transB={int(trans_b)}): the inner dimensions {inner} and {inner_b} differ",
+            node.inputs[b_input],
+        )
+    return rows, cols
+
+
 def as_matrices(a: Array, b: Array) -> tuple[Array, Array]:
     """The operands of numpy.matmul as stacks of matrices: a 1-D a as one row, a 1-D b as one
     column."""
@@ -163,19 +188,7 @@ class GemmOp(MatrixProduct):
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         dtype = self._check_operands(ctx, 0, 1, 2)
-        a, b = ctx.shape(0), ctx.shape(1)
-        if len(a) != 2 or len(b) != 2:
-            raise self.node.bad_input(
-                f"Gemm needs 2-D A and B, not shapes {a} and {b}", self.node.inputs[0]
-            )
-        rows, inner = a[::-1] if self.trans_a else a
-        inner_b, cols = b[::-1] if self.trans_b else b
-        if inner != inner_b:
-            raise self.node.bad_input(
-                f"Gemm of A {a} (transA={int(self.trans_a)}) and B {b} "
-                f"(transB={int(self.trans_b)}): the inner dimensions {inner} and {inner_b} differ",
-                self.node.inputs[1],
-            )
+        rows, cols = gemm_shape(self.node, ctx.shape(0), ctx.shape(1), self.trans_a, self.trans_b)
         if ctx.has(2):
             self._check_c(ctx.shape(2), (rows, cols))
         elif self.node.opset < 11:

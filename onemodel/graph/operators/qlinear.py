@@ -40,6 +40,7 @@ import numpy as np
 
 from onemodel.graph.operators.axes import normalize_axis
 from onemodel.graph.operators.base import (
+    MICROSOFT,
     Array,
     InferContext,
     NodeInfo,
@@ -49,13 +50,12 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.graph.operators.broadcast import multidirectional
 from onemodel.graph.operators.contrib import ContribAttention
-from onemodel.graph.operators.matmul import matmul_shape
+from onemodel.graph.operators.matmul import gemm_shape, matmul_shape
 from onemodel.graph.operators.pooling import AveragePoolOp
 from onemodel.graph.operators.quantize import QuantizedOperator, QuantizedProduct, encode
 from onemodel.graph.operators.recurrent import LSTMOp
 from onemodel.tensors import DType, onnx_code_for_numpy
 
-MICROSOFT = "com.microsoft"
 _EIGHT_BITS = frozenset({DType.INT8, DType.UINT8})
 _FLOAT = frozenset({DType.FLOAT})
 _W, _R = 1, 2
@@ -429,18 +429,9 @@ class QGemmOp(QuantizedProduct):
         self.check_types(ctx, frozenset({DType.INT32}), 6)
         self.check_zero_point(ctx, 2, 0)
         self.check_zero_point(ctx, 5, 3)
-        a, b = ctx.shape(0), ctx.shape(3)
-        if len(a) != 2 or len(b) != 2:
-            raise self.node.bad_input(
-                f"QGemm needs 2-D A and B, not shapes {a} and {b}", self.node.inputs[0]
-            )
-        rows, inner = a[::-1] if self.trans_a else a
-        inner_b, cols = b[::-1] if self.trans_b else b
-        if inner != inner_b:
-            raise self.node.bad_input(
-                f"QGemm of A {a} and B {b}: the inner dimensions {inner} and {inner_b} differ",
-                self.node.inputs[3],
-            )
+        rows, cols = gemm_shape(
+            self.node, ctx.shape(0), ctx.shape(3), self.trans_a, self.trans_b, b_input=3
+        )
         self.check_single(ctx, 1, 2, 7, 8)
         for index in (4, 5):
             if math.prod(ctx.shape(index)) != 1 and ctx.shape(index) != (cols,):

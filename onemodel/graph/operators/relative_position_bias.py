@@ -18,6 +18,7 @@ import numpy as np
 
 from onemodel.graph.operators.attention import NARROW_FLOATS
 from onemodel.graph.operators.base import (
+    MICROSOFT,
     Array,
     InferContext,
     NodeInfo,
@@ -27,8 +28,6 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.tensors import DType
-
-MICROSOFT = "com.microsoft"
 
 
 class RelativePositionBias(Operator):
