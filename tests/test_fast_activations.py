@@ -23,6 +23,10 @@ CASES = [
     ("Elu", {"alpha": 0.7}, 6, 0.7 * 2.0**-23),
     ("Celu", {"alpha": 2.0}, 12, 2.0 * 2.0**-23),
     ("Selu", {}, 6, 1.76 * 2.0**-23),
+    ("Softplus", {}, 1, 0.0),
+    ("Mish", {}, 18, 0.0),
+    ("ThresholdedRelu", {"alpha": 0.5}, 10, 0.0),
+    ("ThresholdedRelu", {"alpha": -0.5}, 10, 0.0),
 ]
 
 
@@ -75,3 +79,19 @@ def test_blocks_give_the_bits_of_the_whole_array(monkeypatch) -> None:
     in_place = x.copy()
     activations.run_blocked(activations.gelu, np, in_place, in_place, scratch, 4)
     np.testing.assert_array_equal(in_place, whole)
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 33, 1001])
+def test_relu_gives_positive_zero_and_keeps_nan_at_every_length(length) -> None:
+    """NumPy's maximum(-0, +0) is +0 in its vector loops and their scalar tails alike."""
+    x = np.full(length, -0.0, np.float32)
+    x[length // 2] = -np.nan
+    (fast,) = run_node("Relu", [x], opset=14)
+    assert np.isnan(fast[length // 2]) and not np.signbit(np.delete(fast, length // 2)).any()
+
+
+def test_thresholded_relu_gives_positive_zero_below_and_nan_as_zero() -> None:
+    x = np.array([-0.0, 0.0, 0.5, 0.75, np.nan, -np.nan, np.inf, -np.inf, -3.0], np.float32)
+    (fast,) = run_node("ThresholdedRelu", [x], {"alpha": 0.5}, opset=10)
+    np.testing.assert_array_equal(fast, [0, 0, 0, 0.75, 0, 0, np.inf, 0, 0])
+    assert not np.signbit(fast).any()

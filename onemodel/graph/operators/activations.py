@@ -85,9 +85,11 @@ class Softsign(Formula):
 
 
 class Softplus(Formula):
-    """log(1 + exp(x)) as logaddexp(x, 0), which neither overflows nor loses small values."""
+    """log(1 + exp(x)) as logaddexp(x, 0), which neither overflows nor loses small values
+    (float32 and narrower in fast mode: `backends.activations.softplus`, from exp and log)."""
 
     supports_exact = True
+    fast_kernel = (kernels.softplus, 3)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.logaddexp(x, 0.0)
@@ -97,7 +99,11 @@ class Softplus(Formula):
 
 
 class Mish(Formula):
+    """x·tanh(softplus(x)) (float32 and narrower in fast mode: `backends.activations.mish`,
+    x·n/(n + 2) with n = exp(x)·(exp(x) + 2))."""
+
     supports_exact = True
+    fast_kernel = (kernels.mish, 2)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return x * xp.tanh(xp.logaddexp(x, 0.0))
@@ -133,6 +139,10 @@ class LeakyRelu(WithAlpha):
 
 class ThresholdedRelu(WithAlpha):
     default_alpha = 1.0
+    fast_kernel = (kernels.thresholded_relu, 2)
+
+    def fast_parameters(self) -> tuple:
+        return (self.alpha,)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return xp.where(x > self.alpha, x, 0.0)
