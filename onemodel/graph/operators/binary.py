@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.broadcasting import ufunc_into
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
@@ -125,12 +126,13 @@ class ElementwiseBinary(Operator):
 
 
 class BinaryUfunc(ElementwiseBinary):
-    """The array library's two-input ufunc `ufunc`, written into the output in one pass."""
+    """The array library's two-input ufunc `ufunc`, written into the output in one pass (with
+    a broadcast operand, one row's ufunc buffer: backends/broadcasting.py)."""
 
     ufunc: ClassVar[str]
 
     def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
-        getattr(xp, self.ufunc)(a, b, out=out)
+        ufunc_into(xp, getattr(xp, self.ufunc), a, b, out=out)
 
 
 class Add(BinaryUfunc):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.blocking import row_blocks
+from onemodel.backends.broadcasting import ufunc_into
 from onemodel.backends.exact_normalization import lp_normalize64, lrn64, standardize64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
@@ -27,6 +28,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.reductions import float_sum
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS
 from onemodel.tensors import DType, numpy_dtype_for_onnx
 
@@ -124,8 +126,8 @@ class BatchNormalizationOp(Operator):
             shift = xp.subtract(bias.astype(compute), xp.multiply(mean.astype(compute), factor))
             out = outputs[0]
             if x.dtype == compute == out.dtype:  # no widening: straight into the output
-                xp.multiply(x, factor.reshape(shape), out=out)
-                xp.add(out, shift.reshape(shape), out=out)
+                ufunc_into(xp, xp.multiply, x, factor.reshape(shape), out=out)
+                ufunc_into(xp, xp.add, out, shift.reshape(shape), out=out)
             else:
                 result = xp.multiply(x.astype(compute, copy=False), factor.reshape(shape))
                 xp.add(result, shift.reshape(shape), out=out, casting="unsafe")
@@ -196,29 +198,30 @@ class Standardization(Operator):
 
     @staticmethod
     def _standardize_block(ctx: RunContext, x: Array, epsilon: float, out: Array) -> None:
-        """A sum, a broadcast subtraction, a row-wise dot product for the variance and a
-        broadcast multiplication, no copy of x."""
+        """A sum (one GEMV, reductions.float_sum), a broadcast subtraction, a row-wise dot
+        product for the variance and a broadcast multiplication, no copy of x; the broadcasts
+        with one row's ufunc buffer (backends/broadcasting.py)."""
         xp = ctx.xp
         f = x.dtype.type
         inverse_count = f(1.0 / x.shape[1])
         with quiet():
-            mean = xp.sum(x, axis=1, keepdims=True)
+            mean = xp.asarray(float_sum(xp, x, (1,))).reshape(-1, 1)
             xp.multiply(mean, inverse_count, out=mean)
-            xp.subtract(x, mean, out=out)
+            ufunc_into(xp, xp.subtract, x, mean, out=out)
             inv_std = xp.einsum("ij,ij->i", out, out).reshape(-1, 1)
             xp.multiply(inv_std, inverse_count, out=inv_std)
             xp.add(inv_std, f(epsilon), out=inv_std)
             xp.sqrt(inv_std, out=inv_std)
             xp.reciprocal(inv_std, out=inv_std)
-            xp.multiply(out, inv_std, out=out)
+            ufunc_into(xp, xp.multiply, out, inv_std, out=out)
 
     @staticmethod
     def _affine_into(xp: Any, scale: Array, bias: Array | None, out: Array) -> None:
         """out = out · scale + bias in place (scale and bias shaped to broadcast)."""
         with quiet():
-            xp.multiply(out, scale, out=out)
+            ufunc_into(xp, xp.multiply, out, scale, out=out)
             if bias is not None:
-                xp.add(out, bias, out=out)
+                ufunc_into(xp, xp.add, out, bias, out=out)
 
     @staticmethod
     def _affine(xp: Any, values: Array, scale: Array, bias: Array | None, out: Array) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.blocking import row_blocks
+from onemodel.backends.broadcasting import ufunc_into
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -25,7 +26,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.reductions import extremum_position
+from onemodel.graph.operators.reductions import extremum_position, float_sum
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS
 
 
@@ -123,9 +124,9 @@ class SoftmaxOp(AxisNormalization):
 
     def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
         """Two reductions, a subtraction, an exp and a division: nothing copied."""
-        xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+        ufunc_into(xp, xp.subtract, x, xp.max(x, axis=axis, keepdims=True), out=out)
         xp.exp(out, out=out)
-        xp.divide(out, xp.sum(out, axis=axis, keepdims=True), out=out)
+        ufunc_into(xp, xp.divide, out, _sum_keeping(xp, out, axis), out=out)
 
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         kernels.exact_softmax_arrays(x, axis, out)
@@ -145,12 +146,17 @@ class LogSoftmaxOp(AxisNormalization):
 
     def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
         """The shifted values into `out`, their exp into the work array, two reductions."""
-        xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+        ufunc_into(xp, xp.subtract, x, xp.max(x, axis=axis, keepdims=True), out=out)
         xp.exp(out, out=work)
-        xp.subtract(out, xp.log(xp.sum(work, axis=axis, keepdims=True)), out=out)
+        ufunc_into(xp, xp.subtract, out, xp.log(_sum_keeping(xp, work, axis)), out=out)
 
     def _along_exact(self, kernels: Any, x: Array, axis: int, out: Array) -> None:
         kernels.exact_log_softmax_arrays(x, axis, out)
+
+
+def _sum_keeping(xp: Any, values: Array, axis: int) -> Array:
+    """The sum along `axis` with that axis kept (reductions.float_sum: a GEMV where it can)."""
+    return xp.expand_dims(xp.asarray(float_sum(xp, values, (axis,))), axis)
 
 
 class HardmaxOp(AxisNormalization):

@@ -1,0 +1,55 @@
+"""Broadcasting ufunc calls with one row's ufunc buffer (onemodel/backends/broadcasting.py):
+the same bits as the plain call, the caller's buffer size back afterwards, and the rule."""
+
+import numpy as np
+import pytest
+
+from onemodel.backends import broadcasting
+from onemodel.backends.broadcasting import row_buffer, ufunc_into
+
+
+@pytest.mark.parametrize(
+    ("shape", "other"),
+    [((256, 1024), (1024,)), ((256, 1024), (256, 1)), ((1, 64, 64, 64), (1, 64, 1, 1)),
+     ((8, 128, 768), (768,)), ((64, 4096), ())],
+)  # fmt: skip
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "maximum", "less"])
+def test_bits_match_the_plain_call(shape, other, name) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(other).astype(np.float32)
+    ufunc = getattr(np, name)
+    expected = ufunc(x, b)
+    out = np.empty_like(expected)
+    ufunc_into(np, ufunc, x, b, out=out)
+    np.testing.assert_array_equal(out, expected)
+    reversed_out = np.empty_like(expected)
+    ufunc_into(np, ufunc, b, x, out=reversed_out)
+    np.testing.assert_array_equal(reversed_out, ufunc(b, x))
+
+
+def test_the_buffer_size_comes_back_even_after_an_error() -> None:
+    before = np.getbufsize()
+    x = np.ones((256, 1024), np.float32)
+    ufunc_into(np, np.add, x, np.ones(1024, np.float32), out=x)
+    assert np.getbufsize() == before
+    with pytest.raises(TypeError):
+        ufunc_into(np, np.add, x, np.ones(1024, np.float32), out=x, no_such_keyword=1)
+    assert np.getbufsize() == before
+
+
+def test_which_calls_get_a_row_buffer() -> None:
+    out = np.empty((256, 1024), np.float32)
+    assert row_buffer(np, out, out, np.ones(1024, np.float32)) == 1024
+    assert row_buffer(np, out, out, np.ones((256, 1), np.float32)) == 1024
+    assert row_buffer(np, out, out, out) is None  # nothing broadcast
+    assert row_buffer(np, out, out, np.float32(2)) is None  # a single value
+    assert row_buffer(np, out.T, out.T, np.ones(256, np.float32)) is None  # not C-contiguous
+    odd = np.empty((4096, 100), np.float32)
+    assert row_buffer(np, odd, odd, np.ones(100, np.float32)) is None  # not a multiple of 16
+    wide = np.empty((4, 1 << 14), np.float32)
+    assert row_buffer(np, wide, wide, np.ones(1 << 14, np.float32)) is None  # rows ≥ buffer
+    small = np.empty((4, 1024), np.float32)
+    assert small.size <= broadcasting.ROW_BUFFER_ABOVE
+    assert row_buffer(np, small, small, np.ones(1024, np.float32)) is None
+    assert row_buffer(object(), out, out, np.ones(1024, np.float32)) is None  # not NumPy
