@@ -116,3 +116,25 @@ def test_float32_to_float16_rounds_as_the_reference_rules_over_bit_patterns() ->
     nan = np.isnan(reference)
     np.testing.assert_array_equal(np.isnan(out), nan)
     np.testing.assert_array_equal(out.view(np.uint16)[~nan], reference.view(np.uint16)[~nan])
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("float32", "float16"), ("float16", "float32"), ("float16", "bool"), ("float32", "int32"),
+     ("int64", "float16"), ("uint8", "int64")],
+)  # fmt: skip
+def test_large_arrays_convert_block_by_block_as_a_whole(monkeypatch, source, target) -> None:
+    from onemodel.backends import blocking
+
+    x = np.resize(_values(source), 5000)
+    if target == "int32":
+        x = np.nan_to_num(x, posinf=0, neginf=0).clip(-1e9, 1e9)
+    reference = cast(x, D_TYPES[x.dtype], D_TYPES[np.dtype(target)])
+    monkeypatch.setattr(blocking, "BLOCKED_ABOVE", 1000)
+    monkeypatch.setattr(blocking, "BLOCK", 777)  # blocks that do not divide the size
+    out = np.empty(x.shape, target)
+    assert fast_cast(np, x, out)
+    _same(out, reference)
+    if target == "int32":  # a value out of range in the last block only refuses the whole
+        x[-1] = 1e30
+        assert not fast_cast(np, x, np.empty(x.shape, target))
