@@ -187,20 +187,32 @@ class Standardization(Operator):
         out: Array,
         scale: Array | None = None,
         bias: Array | None = None,
+        per_row: bool = False,
     ) -> None:
         """Fast mode on float32: each row of the 2-D `x` standardized, (x − mean) / √(var + ε),
-        straight into `out` (which may share x's memory), then times `scale` plus `bias` (one
-        value per column) when given, a block of rows at a time (onemodel/backends/blocking.py)."""
+        straight into `out` (which may share x's memory), then times `scale` plus `bias` when
+        given: one value per column, or with `per_row` one per row (InstanceNormalization's
+        channels), the scale then folded into 1/√(var + ε); a block of rows at a time
+        (onemodel/backends/blocking.py), the affine step included while the block is cached."""
         for rows in row_blocks(*x.shape):
-            Standardization._standardize_block(ctx, x[rows], epsilon, out[rows])
-            if scale is not None:
-                Standardization._affine_into(ctx.xp, scale, bias, out[rows])
+            if per_row and scale is not None:
+                row_scale = scale[rows].reshape(-1, 1)
+                Standardization._standardize_block(ctx, x[rows], epsilon, out[rows], row_scale)
+                if bias is not None:
+                    Standardization._affine_into(ctx.xp, None, bias[rows].reshape(-1, 1), out[rows])
+            else:
+                Standardization._standardize_block(ctx, x[rows], epsilon, out[rows])
+                if scale is not None:
+                    Standardization._affine_into(ctx.xp, scale, bias, out[rows])
 
     @staticmethod
-    def _standardize_block(ctx: RunContext, x: Array, epsilon: float, out: Array) -> None:
+    def _standardize_block(
+        ctx: RunContext, x: Array, epsilon: float, out: Array, row_scale: Array | None = None
+    ) -> None:
         """A sum (one GEMV, reductions.float_sum), a broadcast subtraction, a row-wise dot
-        product for the variance and a broadcast multiplication, no copy of x; the broadcasts
-        with one row's ufunc buffer (backends/broadcasting.py)."""
+        product for the variance and a broadcast multiplication (by `row_scale` / √(var + ε)
+        when given), no copy of x; the broadcasts with one row's ufunc buffer
+        (backends/broadcasting.py)."""
         xp = ctx.xp
         f = x.dtype.type
         inverse_count = f(1.0 / x.shape[1])
@@ -212,14 +224,19 @@ class Standardization(Operator):
             xp.multiply(inv_std, inverse_count, out=inv_std)
             xp.add(inv_std, f(epsilon), out=inv_std)
             xp.sqrt(inv_std, out=inv_std)
-            xp.reciprocal(inv_std, out=inv_std)
+            if row_scale is None:
+                xp.reciprocal(inv_std, out=inv_std)
+            else:
+                xp.divide(row_scale, inv_std, out=inv_std)
             ufunc_into(xp, xp.multiply, out, inv_std, out=out)
 
     @staticmethod
-    def _affine_into(xp: Any, scale: Array, bias: Array | None, out: Array) -> None:
-        """out = out · scale + bias in place (scale and bias shaped to broadcast)."""
+    def _affine_into(xp: Any, scale: Array | None, bias: Array | None, out: Array) -> None:
+        """out = out · scale + bias in place (scale and bias shaped to broadcast; either may be
+        None)."""
         with quiet():
-            ufunc_into(xp, xp.multiply, out, scale, out=out)
+            if scale is not None:
+                ufunc_into(xp, xp.multiply, out, scale, out=out)
             if bias is not None:
                 ufunc_into(xp, xp.add, out, bias, out=out)
 
@@ -350,11 +367,9 @@ class InstanceNormalizationOp(Standardization):
         if fast and outputs[0].flags.c_contiguous:
             if x.size:
                 rows = (x.shape[0] * x.shape[1], -1)
-                out = outputs[0].reshape(rows)
-                self._standardize_rows(ctx, x.reshape(rows), self.epsilon, out)
-                by_channel = (x.shape[0], x.shape[1], -1)
-                self._affine_into(
-                    xp, scale.reshape(-1, 1), bias.reshape(-1, 1), out.reshape(by_channel)
+                per_row = (xp.tile(scale, x.shape[0]), xp.tile(bias, x.shape[0]))
+                self._standardize_rows(
+                    ctx, x.reshape(rows), self.epsilon, outputs[0].reshape(rows), *per_row, True
                 )
             return
         values, _, _ = self._standardize(xp, x, tuple(range(2, x.ndim)), self.epsilon, compute)
