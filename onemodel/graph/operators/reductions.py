@@ -59,6 +59,7 @@ class Reduction(Operator):
         )
         attribute = None if self.axes_from_input else node.attr("axes", None)
         self.attribute_axes = None if attribute is None else tuple(int(a) for a in attribute)
+        self._settings: dict[tuple, tuple[Any, Any]] = {}
 
     def _types(self) -> frozenset[int]:
         allowed = IEEE_FLOATS | WIDE_INTEGERS
@@ -108,13 +109,13 @@ class Reduction(Operator):
         (out,) = outputs
         has_axes = self.axes_from_input and len(inputs) > 1 and inputs[1] is not None
         # The axes are shape data: one host copy per run (a device-to-host sync on a GPU).
-        given = self._given_axes(ctx.kernels.memory.to_host(inputs[1]) if has_axes else None)
-        axes = self._axes(given, x.ndim)
+        host = ctx.kernels.memory.to_host(inputs[1]) if has_axes else None
         xp = ctx.xp
+        axes, compute = self._run_settings(xp, host, x)
         if axes is None:
             xp.copyto(out, x)
             return
-        values = x.astype(self._compute_dtype(xp, x.dtype), copy=False)
+        values = x.astype(compute, copy=False)
         with quiet():
             if any(x.shape[a] == 0 for a in axes):
                 out[...] = self._identity(values.dtype)
@@ -123,6 +124,18 @@ class Reduction(Operator):
             else:
                 result = self._reduce(xp, values, axes)
                 out[...] = result.reshape(out.shape)
+
+    def _run_settings(self, xp: Any, host: Any, x: Array) -> tuple[Any, Any]:
+        """The checked axes and the compute type, remembered per axes value, rank and type:
+        working them out took ~10 µs a run, a quarter of a medium reduction's time."""
+        key = (None if host is None else bytes(np.ascontiguousarray(host)), x.ndim, x.dtype)
+        settings = self._settings.get(key)
+        if settings is None:
+            settings = self._axes(self._given_axes(host), x.ndim), self._compute_dtype(xp, x.dtype)
+            if len(self._settings) >= 64:
+                self._settings.clear()
+            self._settings[key] = settings
+        return settings
 
     def _compute_dtype(self, xp: Any, dtype: Any) -> Any:
         if dtype in NARROW_FLOATS:
