@@ -56,7 +56,8 @@ def run_blocked(
     C-contiguous, on matching flat blocks of blocking.BLOCK elements, with `work_count`
     float32 work arrays of x's (or a block's) shape from `scratch` (one request)."""
     if x.size <= blocking.BLOCKED_ABOVE or not (x.flags.c_contiguous and out.flags.c_contiguous):
-        kernel(xp, x, out, list(scratch((work_count, *x.shape), xp.float32)), *parameters)
+        work = list(scratch((work_count, *x.shape), xp.float32)) if work_count else []
+        kernel(xp, x, out, work, *parameters)
         return
     block = blocking.BLOCK
     pool = scratch((work_count, block), xp.float32)
