@@ -45,8 +45,10 @@ class ConvolutionKernels:
         group: int,
         scratch: Scratch | None = None,
         weights: Any | None = None,
+        bias: Any | None = None,
     ) -> None:
-        """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), no bias.
+        """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), plus
+        `bias` (M,) when given (fast mode: one rounded add after the sum, as a separate Add).
 
         Output o reads x at o·stride − pad + k·dilation (`pads` are the leading pads; positions
         outside the input read as zero). `weights` is `conv_weights(w, group)` when the caller
@@ -85,6 +87,8 @@ class ConvolutionKernels:
                 self._im2col_conv(x, weights, result, geometry, allocate)
         if result is not out:
             out[...] = result
+        if bias is not None:
+            add_channel_bias(xp, out, bias)
 
     def _shifted_conv(
         self, x: Any, weights: Any, out: Any, geometry: _ConvGeometry, allocate: Scratch
@@ -266,6 +270,11 @@ class ConvolutionKernels:
                 full[(..., *target)] += columns[(slice(None), slice(None), *taps)]
         crop = (slice(m + p, m + p + o) for m, p, o in zip(margins, pads, out_spatial, strict=True))
         store(xp, out, full[(..., *crop)])
+
+
+def add_channel_bias(xp: Any, out: Any, bias: Any) -> None:
+    """out (N, M, *S) += bias (M,) along the channel axis, in place."""
+    xp.add(out, bias.reshape(-1, *(1,) * (out.ndim - 2)), out=out)
 
 
 @functools.lru_cache(maxsize=256)

@@ -28,9 +28,11 @@ def depthwise_conv(
     dilations: Sequence[int],
     kernel: Sequence[int],
     allocate: Scratch,
+    bias: np.ndarray | None = None,
 ) -> None:
     """out (N, C, Ho, Wo) = the depthwise convolution of x (N, C, H, W) by `taps` (C, kh·kw),
-    leading `pads`, all in one floating type."""
+    leading `pads`, plus `bias` (C,) when given (in the final copy), all in one floating
+    type."""
     batch, channels, height, width = x.shape
     kh, kw = kernel
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
@@ -71,4 +73,8 @@ def depthwise_conv(
         else:
             np.multiply(run, weights[tap], out=product)
             np.add(total, product, out=total)
-    out[...] = total.reshape(batch, channels, out_h, cols)[..., :out_w]
+    kept = total.reshape(batch, channels, out_h, cols)[..., :out_w]
+    if bias is None:
+        out[...] = kept
+    else:
+        np.add(kept, bias.reshape(channels, 1, 1), out=out)
