@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onemodel.backends.convolution as convolution
 from onemodel import Session
 from onemodel.backends import KernelPaths
+from onemodel.backends.numpy_cpu import depthwise
 from onemodel.graph.importer import model_from_proto
 
 
@@ -264,3 +265,21 @@ def test_a_bank_of_identical_filters_gives_identical_channels(w_shape) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
     kernels.conv_arrays(x, w, out, (1, 1), (pad, pad), (1, 1), 1, weights=prepared, bias=b)
     np.testing.assert_allclose(out, expected + b.reshape(-1, 1, 1), rtol=1e-5, atol=1e-5)
+
+
+DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
+
+
+@pytest.mark.parametrize("name", DEPTHWISE)
+@pytest.mark.parametrize("plane_limit", [0, 1 << 30], ids=["channel planes", "channels last"])
+def test_both_depthwise_layouts_match_the_direct_sum(name, plane_limit, monkeypatch) -> None:
+    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PLANE", plane_limit)
+    x_shape, w_shape, strides, pads, dilations, group = CASES[name]
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    expected = direct_conv(x, w, strides, pads, dilations, group) + b.reshape(-1, 1, 1)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    KernelPaths.get("numpy").conv_arrays(x, w, out, strides, pads[:2], dilations, group, bias=b)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
