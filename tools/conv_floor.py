@@ -196,7 +196,7 @@ def models(names: list[str], runs: int, exports: Path | None) -> None:
                 (v for k, v in attributes.items() if k and node.startswith(k)), {}
             )
             what, floor, _ = conv_floor(tuple(shapes[0]), tuple(shapes[1]), attrs)
-            kind = re.sub(r" .*", "", what.replace("im2col GEMM", "GEMM"))
+            kind = "depthwise" if "passes" in what else re.sub(r" .*", "", what)
             floors[kind] = floors.get(kind, 0.0) + thread_min(floor, 3)
         ours, theirs = _engines(str(model.path), feeds)
         times = interleaved_mins((("om", ours), ("ort", theirs)), runs)
