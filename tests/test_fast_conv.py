@@ -272,8 +272,10 @@ DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
 
 @pytest.mark.parametrize("name", DEPTHWISE)
 @pytest.mark.parametrize("plane_limit", [0, 1 << 30], ids=["channel planes", "channels last"])
-def test_both_depthwise_layouts_match_the_direct_sum(name, plane_limit, monkeypatch) -> None:
+@pytest.mark.parametrize("chunk", [1 << 19, 1], ids=["one chunk", "an image a chunk"])
+def test_both_depthwise_layouts_match_the_direct_sum(name, plane_limit, chunk, monkeypatch):
     monkeypatch.setattr(depthwise, "CHANNELS_LAST_PLANE", plane_limit)
+    monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
     x_shape, w_shape, strides, pads, dilations, group = CASES[name]
     rng = np.random.default_rng(len(name))
     x = rng.standard_normal(x_shape).astype(np.float32)

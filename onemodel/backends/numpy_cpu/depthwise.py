@@ -38,6 +38,9 @@ from onemodel.backends.array_types import Scratch
 CHANNELS_LAST_PLANE = 256
 # Elements per row of a channels-last tap's operands (a whole number of pixels).
 _ROW_ELEMENTS = 8192
+# Images go through the taps a few at a time, so that a tap's operands stay in cache: all 8
+# images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays from memory 17 times.
+_CHUNK_ELEMENTS = 1 << 19
 
 
 @dataclass(frozen=True)
@@ -87,10 +90,14 @@ def depthwise_conv(
     leading `pads`, plus `bias` (C,) when given (in the final copy), all in one floating
     type."""
     geometry = _phases(out.shape[2:], kernel, strides, dilations)
-    if geometry.out_h * geometry.cols <= CHANNELS_LAST_PLANE:
-        _channels_last(x, taps, out, strides, pads, geometry, allocate, bias)
-    else:
-        _channel_planes(x, taps, out, strides, pads, geometry, allocate, bias)
+    layout = (
+        _channels_last if geometry.out_h * geometry.cols <= CHANNELS_LAST_PLANE else _channel_planes
+    )
+    per_image = x.shape[1] * geometry.rows * geometry.cols
+    step = max(1, _CHUNK_ELEMENTS // per_image)
+    for first in range(0, x.shape[0], step):
+        images = slice(first, first + step)
+        layout(x[images], taps, out[images], strides, pads, geometry, allocate, bias)
 
 
 def _fill_phases(
