@@ -40,6 +40,7 @@ CHANNELS_LAST_PLANE = 256
 _ROW_ELEMENTS = 8192
 # Images go through the taps a few at a time, so that a tap's operands stay in cache: all 8
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays from memory 17 times.
+# (Blocks of channels within one large image measured no gain: 32 × 112 × 112 1.7 → 2.0 ms.)
 _CHUNK_ELEMENTS = 1 << 19
 
 
