@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onemodel.backends.convolution as convolution
 from onemodel import Session
 from onemodel.backends import KernelPaths
+from onemodel.backends.numpy_cpu import depthwise
 from onemodel.graph.importer import model_from_proto
 
 
@@ -214,4 +215,73 @@ def test_conv_transpose_arrays_match_the_direct_scatter(x_shape, w_shape, stride
     KernelPaths.get("numpy").conv_transpose_arrays(
         x, w, out, strides, (0,) * rank, (1,) * rank, group
     )
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+BIAS_CASES = {
+    # name: x shape, w shape, strides, pads (begin), dilations, group — one per fast path
+    "1x1 GEMM": ((2, 8, 5, 6), (6, 8, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+    "im2col": ((2, 3, 9, 8), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    "shifted": ((1, 8, 9, 7), (3, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    "grouped": ((1, 6, 7, 7), (9, 2, 3, 3), (1, 1), (1, 1), (1, 1), 3),
+    "depthwise": ((2, 5, 8, 8), (5, 1, 3, 3), (2, 2), (1, 1), (1, 1), 5),
+    "winograd": ((1, 32, 16, 16), (40, 32, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+}
+
+
+@pytest.mark.parametrize("name", BIAS_CASES)
+def test_the_bias_is_added_by_every_fast_path_as_one_rounded_add(name: str) -> None:
+    """conv_arrays(…, bias=b) gives the bits of conv_arrays then a separate add of b."""
+    x_shape, w_shape, strides, pads, dilations, group = BIAS_CASES[name]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    kernels = KernelPaths.get("numpy")
+    prepared = kernels.conv_weights(w, group)
+    shape = direct_conv(x, w, strides, pads * 2, dilations, group).shape
+    plain, biased = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+    kernels.conv_arrays(x, w, plain, strides, pads, dilations, group, weights=prepared)
+    kernels.conv_arrays(x, w, biased, strides, pads, dilations, group, weights=prepared, bias=b)
+    np.testing.assert_array_equal(biased, plain + b.reshape(-1, 1, 1))
+
+
+@pytest.mark.parametrize("w_shape", [(64, 32, 3, 3), (6, 4, 1, 1)])
+def test_a_bank_of_identical_filters_gives_identical_channels(w_shape) -> None:
+    """All-equal weights (ConstantOfShape, the ONNX suite's light models) are one filter
+    computed once: every output channel has the same bits, plus its own bias."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, w_shape[1], 12, 12)).astype(np.float32)
+    w = np.full(w_shape, 0.02, np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    pad = w_shape[2] // 2
+    kernels = KernelPaths.get("numpy")
+    prepared = kernels.conv_weights(w, 1)
+    assert prepared.copies == w_shape[0]
+    out = np.full((2, w_shape[0], 12, 12), np.nan, np.float32)
+    kernels.conv_arrays(x, w, out, (1, 1), (pad, pad), (1, 1), 1, weights=prepared)
+    assert (out == out[:, :1]).all()
+    expected = direct_conv(x, w, (1, 1), (pad,) * 4, (1, 1), 1)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    kernels.conv_arrays(x, w, out, (1, 1), (pad, pad), (1, 1), 1, weights=prepared, bias=b)
+    np.testing.assert_allclose(out, expected + b.reshape(-1, 1, 1), rtol=1e-5, atol=1e-5)
+
+
+DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
+
+
+@pytest.mark.parametrize("name", DEPTHWISE)
+@pytest.mark.parametrize("plane_limit", [0, 1 << 30], ids=["channel planes", "channels last"])
+@pytest.mark.parametrize("chunk", [1 << 19, 1], ids=["one chunk", "an image a chunk"])
+def test_both_depthwise_layouts_match_the_direct_sum(name, plane_limit, chunk, monkeypatch):
+    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PLANE", plane_limit)
+    monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
+    x_shape, w_shape, strides, pads, dilations, group = CASES[name]
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    expected = direct_conv(x, w, strides, pads, dilations, group) + b.reshape(-1, 1, 1)
+    out = np.full(expected.shape, np.nan, dtype=np.float32)
+    KernelPaths.get("numpy").conv_arrays(x, w, out, strides, pads[:2], dilations, group, bias=b)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

@@ -57,11 +57,14 @@ def test_the_fast_backend_prepares_a_transform_only_for_wide_3x3_float32_filters
     kernels = NumpyKernels()
     wide = rng.standard_normal((64, 96, 3, 3)).astype(np.float32)
     assert kernels.conv_weights(wide, 1).winograd.block == 4
+    narrow = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)  # ResNet's first stage
+    assert kernels.conv_weights(narrow, 1).winograd.block == 4
     deep = rng.standard_normal((256, 96, 3, 3)).astype(np.float32)
     assert kernels.conv_weights(deep, 1).winograd.block == 2
     for w, group in [
         (rng.standard_normal((16, 16, 3, 3)).astype(np.float32), 1),  # too few channels
-        (rng.standard_normal((128, 64, 3, 3)).astype(np.float32), 1),  # 64 inputs: direct
+        (rng.standard_normal((128, 31, 3, 3)).astype(np.float32), 1),  # 31 inputs: direct
+        (rng.standard_normal((16, 64, 3, 3)).astype(np.float32), 1),  # too few filters
         (rng.standard_normal((96, 48, 3, 3)).astype(np.float32), 2),  # grouped
         (rng.standard_normal((96, 96, 5, 5)).astype(np.float32), 1),  # not 3×3
         (rng.standard_normal((96, 96, 3, 3)), 1),  # float64

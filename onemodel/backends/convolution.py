@@ -45,8 +45,10 @@ class ConvolutionKernels:
         group: int,
         scratch: Scratch | None = None,
         weights: Any | None = None,
+        bias: Any | None = None,
     ) -> None:
-        """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), no bias.
+        """Cross-correlation of x (N, C, *S) with w (M, C/group, *K) into out (N, M, *O), plus
+        `bias` (M,) when given (fast mode: one rounded add after the sum, as a separate Add).
 
         Output o reads x at o·stride − pad + k·dilation (`pads` are the leading pads; positions
         outside the input read as zero). `weights` is `conv_weights(w, group)` when the caller
@@ -85,6 +87,8 @@ class ConvolutionKernels:
                 self._im2col_conv(x, weights, result, geometry, allocate)
         if result is not out:
             out[...] = result
+        if bias is not None:
+            add_channel_bias(xp, out, bias)
 
     def _shifted_conv(
         self, x: Any, weights: Any, out: Any, geometry: _ConvGeometry, allocate: Scratch
@@ -174,8 +178,13 @@ class ConvolutionKernels:
         if not any(geometry.pads) and all(r <= n for r, n in zip(reach, spatial, strict=True)):
             return x
         padded = allocate((batch, channels, *reach), x.dtype)
-        padded[...] = 0
         kept = [min(n, r - p) for n, r, p in zip(spatial, reach, geometry.pads, strict=True)]
+        # Zeros only around the copy (a whole-buffer fill first measured 0.28 against 0.11 ms
+        # for 16 × 162 × 162, a YOLO stem's input).
+        for axis, (p, k) in enumerate(zip(geometry.pads, kept, strict=True)):
+            before = (slice(None),) * (2 + axis)
+            padded[(*before, slice(0, p))] = 0
+            padded[(*before, slice(p + k, None))] = 0
         inside = (slice(p, p + k) for p, k in zip(geometry.pads, kept, strict=True))
         padded[(..., *inside)] = x[(..., *(slice(0, k) for k in kept))]
         return padded
@@ -266,6 +275,11 @@ class ConvolutionKernels:
                 full[(..., *target)] += columns[(slice(None), slice(None), *taps)]
         crop = (slice(m + p, m + p + o) for m, p, o in zip(margins, pads, out_spatial, strict=True))
         store(xp, out, full[(..., *crop)])
+
+
+def add_channel_bias(xp: Any, out: Any, bias: Any) -> None:
+    """out (N, M, *S) += bias (M,) along the channel axis, in place."""
+    xp.add(out, bias.reshape(-1, *(1,) * (out.ndim - 2)), out=out)
 
 
 @functools.lru_cache(maxsize=256)

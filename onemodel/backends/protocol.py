@@ -123,9 +123,12 @@ class Kernels(Protocol):
         dilations: Any,
         group: int,
         scratch: Any = None,
+        weights: Any = None,
+        bias: Any = None,
     ) -> None:
-        """N-D grouped cross-correlation of x (N, C, *S) with w (M, C/group, *K), no bias;
-        temporaries from `scratch(shape, dtype)` when given."""
+        """N-D grouped cross-correlation of x (N, C, *S) with w (M, C/group, *K), plus `bias`
+        (M,) when given; temporaries from `scratch(shape, dtype)` when given; `weights` is
+        `conv_weights(w, group)` prepared once."""
 
     def conv_transpose_arrays(
         self,

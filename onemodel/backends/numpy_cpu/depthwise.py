@@ -1,22 +1,79 @@
 """Depthwise 2-D convolution (one input and one output channel per group) tap by tap.
 
 im2col copies kh·kw values per output and then runs one tiny GEMM per channel (a BLAS call
-per channel: 960 of them for a 7×7 MobileNet layer). Here the padded image of every channel
-is flattened row by row into one contiguous run, so tap (i, j) of every output position reads
-the same run shifted by i·Wq + j: each tap is one multiply by the per-channel weights and one
-add over contiguous memory, for all channels and images at once, into an accumulator with
-Wq − Wo columns of slack that the final copy drops. A stride s first splits the padded image
-into its s² phases (rows and columns by residue mod s), so a strided tap reads one phase at a
-shift and stays contiguous.
+per channel: 960 of them for a 7×7 MobileNet layer). Here the padded image is flattened row
+by row into one contiguous run, so tap (i, j) of every output position reads the same run
+shifted by i·Wq + j: each tap is one multiply by the weights and one add over contiguous
+memory, for all channels and images at once, into an accumulator with Wq − Wo columns of
+slack that the final copy drops. A stride s first splits the padded image into its s² phases
+(rows and columns by residue mod s), so a strided tap reads one phase at a shift and stays
+contiguous.
+
+Two layouts of that run, chosen by the plane's size:
+- channel planes (N, C, rows·Wq): each channel's plane is one row of the run, multiplied by
+  its weight as a (C, 1) column. Rows of a few hundred elements (14×14 planes) leave NumPy's
+  ufunc loops short: a tap over 576 planes of 14×16 took 0.053 ms, 0.41 ns per element.
+- channels last (N, rows·Wq, C), for small planes: tap (i, j) shifts the run by (i·Wq + j)·C,
+  and every tap's weights, repeated along the run into rows of about 8192 elements, make each
+  multiply one long contiguous loop (the same tap: 0.035 ms), for a transposing copy in and
+  one out.
+Either way a tap costs two passes (NumPy has no fused multiply-add), so this path is bound by
+NumPy's element-wise rate: docs/kernel-seam.md states the bound against onnxruntime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from onemodel.backends.array_types import Scratch
+
+# Planes (output rows × padded row length) of at most this many elements go channels last
+# (min CPU time against the channel planes, AMD EPYC, 1 thread, a loaded machine: 960 channels
+# at 7×7 0.78×, 384 at 14×14 0.91×, 144 at 28×28 stride 2 0.93×, 240 at 14×14 by 5×5 0.97×;
+# 192 at 28×28, an 840-element plane, 1.25×, 96 at 56×56 1.48×: the two transposing copies
+# then cost more than the longer loops save).
+CHANNELS_LAST_PLANE = 256
+# Elements per row of a channels-last tap's operands (a whole number of pixels).
+_ROW_ELEMENTS = 8192
+# Images go through the taps a few at a time, so that a tap's operands stay in cache: all 8
+# images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays from memory 17 times.
+# (Blocks of channels within one large image measured no gain: 32 × 112 × 112 1.7 → 2.0 ms.)
+_CHUNK_ELEMENTS = 1 << 19
+
+
+@dataclass(frozen=True)
+class _Phases:
+    """Where the taps read: output extent, the phase grid (rows × cols per phase, the last
+    taps reading `reach_w` past a phase's last row) and per tap its phase and shift."""
+
+    out_h: int
+    out_w: int
+    rows: int
+    cols: int
+    reach_w: int
+    taps: tuple[tuple[int, int, int], ...]  # (phase row, phase column, shift in pixels)
+
+
+def _phases(
+    out_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> _Phases:
+    out_h, out_w = out_shape
+    kh, kw = kernel
+    (sh, sw), (dh, dw) = strides, dilations
+    # Tap i of output row o reads phase (i·dh) mod sh at its row o + (i·dh) // sh.
+    reach_h, reach_w = (kh - 1) * dh // sh, (kw - 1) * dw // sw
+    rows, cols = out_h + reach_h, out_w + reach_w
+    taps = []
+    for tap in range(kh * kw):
+        (qy, ry), (qx, rx) = divmod(tap // kw * dh, sh), divmod(tap % kw * dw, sw)
+        taps.append((ry, rx, qy * cols + qx))
+    return _Phases(out_h, out_w, rows, cols, reach_w, tuple(taps))
 
 
 def depthwise_conv(
@@ -28,20 +85,34 @@ def depthwise_conv(
     dilations: Sequence[int],
     kernel: Sequence[int],
     allocate: Scratch,
+    bias: np.ndarray | None = None,
 ) -> None:
     """out (N, C, Ho, Wo) = the depthwise convolution of x (N, C, H, W) by `taps` (C, kh·kw),
-    leading `pads`, all in one floating type."""
-    batch, channels, height, width = x.shape
-    kh, kw = kernel
-    (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
-    out_h, out_w = out.shape[2:]
-    # Tap i of output row o reads phase (i·dh) mod sh at its row o + (i·dh) // sh.
-    reach_h, reach_w = (kh - 1) * dh // sh, (kw - 1) * dw // sw
-    rows, cols = out_h + reach_h, out_w + reach_w
-    length = rows * cols + reach_w  # the last taps read reach_w past a phase's last row
-    phases = allocate((sh, sw, batch, channels, length), x.dtype)
-    grid = phases[..., : rows * cols].reshape(sh, sw, batch, channels, rows, cols)
-    phases[..., rows * cols :] = 0
+    leading `pads`, plus `bias` (C,) when given (in the final copy), all in one floating
+    type."""
+    geometry = _phases(out.shape[2:], kernel, strides, dilations)
+    layout = (
+        _channels_last if geometry.out_h * geometry.cols <= CHANNELS_LAST_PLANE else _channel_planes
+    )
+    per_image = x.shape[1] * geometry.rows * geometry.cols
+    step = max(1, _CHUNK_ELEMENTS // per_image)
+    for first in range(0, x.shape[0], step):
+        images = slice(first, first + step)
+        layout(x[images], taps, out[images], strides, pads, geometry, allocate, bias)
+
+
+def _fill_phases(
+    x: np.ndarray,
+    grids: np.ndarray,
+    strides: Sequence[int],
+    pads: Sequence[int],
+) -> None:
+    """grids[ry, rx] (N, C, rows, cols), a view of either layout, = phase (ry, rx) of x padded
+    with zeros at the leading `pads` (and wherever else the phase reaches past x). NumPy's
+    copies run in the target's memory order, so a channels-last target is written in order."""
+    height, width = x.shape[2:]
+    (sh, sw), (top, left) = strides, pads
+    rows, cols = grids.shape[-2:]
     for ry in range(sh):
         first_y = (ry - top) % sh  # the first input row in this phase
         row0 = (first_y + top) // sh
@@ -50,25 +121,99 @@ def depthwise_conv(
             first_x = (rx - left) % sw
             col0 = (first_x + left) // sw
             count_x = max(0, min(len(range(first_x, width, sw)), cols - col0))
-            phase = grid[ry, rx]
+            phase = grids[ry, rx]
             phase[:, :, :row0] = 0
             phase[:, :, row0 + count_y :] = 0
             inside = phase[:, :, row0 : row0 + count_y]
             inside[..., :col0] = 0
             inside[..., col0 + count_x :] = 0
-            inside[..., col0 : col0 + count_x] = x[
+            source = x[
                 :, :, first_y : first_y + count_y * sh : sh, first_x : first_x + count_x * sw : sw
             ]
+            inside[..., col0 : col0 + count_x] = source
+
+
+def _channel_planes(
+    x: np.ndarray,
+    taps: np.ndarray,
+    out: np.ndarray,
+    strides: Sequence[int],
+    pads: Sequence[int],
+    g: _Phases,
+    allocate: Scratch,
+    bias: np.ndarray | None,
+) -> None:
+    """Phases (sh, sw, N, C, rows·cols + slack): one row per channel plane."""
+    batch, channels = x.shape[:2]
+    sh, sw = strides
+    length = g.rows * g.cols + g.reach_w
+    phases = allocate((sh, sw, batch, channels, length), x.dtype)
+    phases[..., g.rows * g.cols :] = 0
+    grids = phases[..., : g.rows * g.cols].reshape(sh, sw, batch, channels, g.rows, g.cols)
+    _fill_phases(x, grids, strides, pads)
     weights = taps.T[:, :, None]  # [tap, channel, 1]
-    total = allocate((batch, channels, out_h * cols), x.dtype)
-    product = allocate((batch, channels, out_h * cols), x.dtype)
-    for tap in range(kh * kw):
-        (qy, ry), (qx, rx) = divmod(tap // kw * dh, sh), divmod(tap % kw * dw, sw)
-        shift = qy * cols + qx
-        run = phases[ry, rx, :, :, shift : shift + out_h * cols]
+    span = g.out_h * g.cols
+    total = allocate((batch, channels, span), x.dtype)
+    product = allocate((batch, channels, span), x.dtype)
+    for tap, (ry, rx, shift) in enumerate(g.taps):
+        run = phases[ry, rx, :, :, shift : shift + span]
         if tap == 0:
             np.multiply(run, weights[tap], out=total)
         else:
             np.multiply(run, weights[tap], out=product)
             np.add(total, product, out=total)
-    out[...] = total.reshape(batch, channels, out_h, cols)[..., :out_w]
+    kept = total.reshape(batch, channels, g.out_h, g.cols)[..., : g.out_w]
+    if bias is None:
+        out[...] = kept
+    else:
+        np.add(kept, bias.reshape(channels, 1, 1), out=out)
+
+
+def _channels_last(
+    x: np.ndarray,
+    taps: np.ndarray,
+    out: np.ndarray,
+    strides: Sequence[int],
+    pads: Sequence[int],
+    g: _Phases,
+    allocate: Scratch,
+    bias: np.ndarray | None,
+) -> None:
+    """Phases (sh, sw, flat run): images one after another, each (rows·cols + slack, C). A
+    tap's run crosses from one image into the next only at positions the final copy drops,
+    so one multiply and one add per tap cover every image, in rows of `_ROW_ELEMENTS`."""
+    batch, channels = x.shape[:2]
+    sh, sw = strides
+    image = (g.rows * g.cols + g.reach_w) * channels  # one image's stretch of the run
+    row = max(1, _ROW_ELEMENTS // channels) * channels
+    count = -(-batch * image // row)  # rows of the accumulator, past the last image
+    reach = max(shift for _, _, shift in g.taps) * channels
+    length = max(reach + count * row, batch * image)
+    phases = allocate((sh, sw, length), x.dtype)
+    phases[:, :, batch * image :] = 0
+    grids = (
+        phases[:, :, : batch * image]
+        .reshape(sh, sw, batch, image)[..., : g.rows * g.cols * channels]
+        .reshape(sh, sw, batch, g.rows, g.cols, channels)
+        .transpose(0, 1, 2, 5, 3, 4)
+    )
+    _fill_phases(x, grids, strides, pads)
+    weights = np.tile(taps.T, (1, row // channels))  # [tap, row of repeated channels]
+    total = allocate((count, row), x.dtype)
+    product = allocate((count, row), x.dtype)
+    for tap, (ry, rx, shift) in enumerate(g.taps):
+        start = shift * channels
+        run = phases[ry, rx, start : start + count * row].reshape(count, row)
+        if tap == 0:
+            np.multiply(run, weights[tap], out=total)
+        else:
+            np.multiply(run, weights[tap], out=product)
+            np.add(total, product, out=total)
+    if bias is not None:
+        np.add(total, np.tile(bias, row // channels), out=total)
+    kept = (
+        total.reshape(-1)[: batch * image]
+        .reshape(batch, image)[:, : g.out_h * g.cols * channels]
+        .reshape(batch, g.out_h, g.cols, channels)[:, :, : g.out_w]
+    )
+    out[...] = kept.transpose(0, 3, 1, 2)

@@ -13,6 +13,7 @@ from onemodel.backends.array_types import Scratch
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import depthwise_conv
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
+from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 from onemodel.backends.numpy_cpu.winograd import WinogradFilter, winograd_conv, winograd_filter
 from onemodel.tensors import HOST
 
@@ -22,10 +23,13 @@ _DEPTHWISE_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 @dataclass(frozen=True)
 class PreparedConv:
     """A constant W prepared once per plan: the matrix the direct paths multiply and, for a
-    3×3 filter worth it, its Winograd transform."""
+    3×3 filter worth it, its Winograd transform (None otherwise). `copies` > 1: W is its
+    first filter `copies` times over (weights made by ConstantOfShape), and both describe
+    that one filter."""
 
     matrix: Any
-    winograd: WinogradFilter
+    winograd: WinogradFilter | None
+    copies: int = 1
 
 
 class NumpyKernels(ArrayKernels):
@@ -40,7 +44,20 @@ class NumpyKernels(ArrayKernels):
         BLAS_THREADS.use(count)
 
     def conv_weights(self, w: Any, group: int) -> Any:
-        """The shared matrix, with the Winograd transform of a 3×3 filter that has one."""
+        """The shared matrix, with the Winograd transform of a 3×3 filter that has one.
+
+        A bank of identical filters is prepared as one filter: its output channels are then
+        one computed channel copied, identical as the arithmetic says they are. A GEMM does
+        not promise that: OpenBLAS 0.3.31 rounds rows 6–11 of every 12 of a product
+        differently from rows 0–5 (measured with all-equal rows), and the ONNX suite's light
+        SqueezeNet (every weight 0.02) needs its 1000 logits of about 1e10 bit-identical for
+        a uniform softmax."""
+        if group == 1 and w.shape[0] > 1 and bool((w == w[:1]).all()):
+            one = self.conv_weights(w[:1], 1)
+            matrix, transform = (
+                (one.matrix, one.winograd) if isinstance(one, PreparedConv) else (one, None)
+            )
+            return PreparedConv(matrix, transform, copies=w.shape[0])
         matrix = super().conv_weights(w, group)
         transformed = winograd_filter(w, group)
         return matrix if transformed is None else PreparedConv(matrix, transformed)
@@ -56,26 +73,73 @@ class NumpyKernels(ArrayKernels):
         group: int,
         scratch: Scratch | None = None,
         weights: Any | None = None,
+        bias: Any | None = None,
     ) -> None:
         """Winograd for a stride-1 3×3 float32 convolution with a prepared transform whose
-        tiles fill its GEMMs, tap by tap for a 2-D depthwise one (numpy_cpu/depthwise.py:
-        0.5–0.8× im2col's time, 1 thread), the shared paths for the rest."""
+        tiles fill its GEMMs, tap by tap for a 2-D depthwise one (numpy_cpu/depthwise.py), the
+        shared paths for the rest; all with small ufunc buffers (numpy_cpu/ufunc_buffers.py),
+        the bias added in each path's last pass."""
+        allocate = scratch or self._allocate
+        with small_buffers(), quiet():  # inf · 0 and overflow are results, as in `binary`
+            if isinstance(weights, PreparedConv) and weights.copies > 1:
+                self._copied_filter(x, w, out, strides, pads, dilations, allocate, weights, bias)
+            else:
+                self._conv(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
+
+    def _copied_filter(
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        allocate: Scratch,
+        weights: PreparedConv,
+        bias: Any | None,
+    ) -> None:
+        """A bank of `weights.copies` identical filters: one channel computed, then copied."""
+        one = allocate((out.shape[0], 1, *out.shape[2:]), out.dtype)
+        single = (
+            weights.matrix
+            if weights.winograd is None
+            else PreparedConv(weights.matrix, weights.winograd)
+        )
+        self._conv(x, w[:1], one, strides, pads, dilations, 1, allocate, single, None)
+        if bias is None:
+            out[...] = one
+        else:
+            np.add(one, bias.reshape(-1, *(1,) * (out.ndim - 2)), out=out)  # broadcast copy
+
+    def _conv(
+        self,
+        x: Any,
+        w: Any,
+        out: Any,
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        group: int,
+        allocate: Scratch,
+        weights: Any | None,
+        bias: Any | None,
+    ) -> None:
         if isinstance(weights, PreparedConv):
-            with quiet():  # inf · 0 and overflow are results, as in `binary`
-                done = (
-                    tuple(strides) == (1, 1)
-                    and x.dtype == out.dtype == weights.winograd.transformed.dtype
-                    and winograd_conv(
-                        x,
-                        weights.winograd,
-                        out,
-                        tuple(pads),
-                        tuple(dilations),
-                        scratch or self._allocate,
-                        self.matmul_arrays,
-                    )
+            if (
+                weights.winograd is not None
+                and tuple(strides) == (1, 1)
+                and x.dtype == out.dtype == weights.winograd.transformed.dtype
+                and winograd_conv(
+                    x,
+                    weights.winograd,
+                    out,
+                    tuple(pads),
+                    tuple(dilations),
+                    allocate,
+                    self.matmul_arrays,
+                    bias,
                 )
-            if done:
+            ):
                 return
             weights = weights.matrix
         if (
@@ -86,12 +150,9 @@ class NumpyKernels(ArrayKernels):
             and x.dtype in _DEPTHWISE_TYPES
         ):
             taps = w.reshape(group, -1) if weights is None else weights.reshape(group, -1)
-            with quiet():
-                depthwise_conv(
-                    x, taps, out, strides, pads, dilations, w.shape[2:], scratch or self._allocate
-                )
+            depthwise_conv(x, taps, out, strides, pads, dilations, w.shape[2:], allocate, bias)
             return
-        super().conv_arrays(x, w, out, strides, pads, dilations, group, scratch, weights)
+        super().conv_arrays(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
 
     @staticmethod
     def _allocate(shape: Sequence[int], dtype: Any) -> Any:

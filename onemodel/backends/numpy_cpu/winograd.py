@@ -62,14 +62,12 @@ _BAND_ELEMENTS = 1 << 19
 # the GEMMs efficient; below them the direct path measured faster (512 channels at 7×7, one
 # image: F(2×2) 1.11× the direct time).
 _MIN_COLUMNS = {4: 16, 2: 32}
-# More input channels than this, or the direct path. Measured, Winograd pays from about 32
-# channels (32 at 112×112: 0.95× the direct time; 64 at 56×56: 0.68×), but its per-frequency
-# GEMMs round channels with identical filters differently by their row position in BLAS, and
-# the direct path, on one test model, does not. The ONNX suite's light
-# SqueezeNet depends on that: all-equal generated weights give 1000 equal logits of about
-# 1e10 whose softmax is uniform only while they stay bit-identical, and its 3×3 layers have
-# 32, 48 and 64 input channels. So fast mode keeps the direct path up to 64.
-_MAX_DIRECT_CHANNELS = 64
+# More input channels than this, or the direct path: Winograd measured from 32 channels (F(4×4),
+# AMD EPYC, 1 thread: 32 → 64 at 56×56 0.87× the direct time, 64 → 64 at 56×56 0.76×, 64 → 64
+# at 28×28 0.93×, 16 → 64 at 56×56 1.4×). A bank of identical filters (the ONNX suite's light
+# SqueezeNet) never comes here: the fast backend computes one filter and copies it
+# (numpy_cpu/fast.py), since per-frequency GEMMs, like any GEMM, round equal rows by position.
+_MAX_DIRECT_CHANNELS = 31
 _MIN_FILTERS = 32  # output channels; fewer measured no gain
 # From this many channels F(2×2): deep layers run at 14×14 or 7×7, where 4×4 blocks leave
 # few tiles (256 channels at 14×14: F(2×2) 0.78×, F(4×4) 0.88× the direct time), and its
@@ -125,10 +123,11 @@ def winograd_conv(
     dilations: tuple[int, ...],
     allocate: Scratch,
     matmul: Any,
+    bias: np.ndarray | None = None,
 ) -> bool:
     """out (N, M, Ho, Wo) = the stride-1 3×3 convolution of float32 x (N, C, H, W), leading
-    `pads`, `dilations`, when its tiles fill the GEMMs (else False and nothing written).
-    `matmul(a, b, out)` is the backend's GEMM."""
+    `pads`, `dilations`, plus `bias` (M,) when given, when its tiles fill the GEMMs (else
+    False and nothing written). `matmul(a, b, out)` is the backend's GEMM."""
     m, t = prepared.block, prepared.tile
     batch, channels = x.shape[:2]
     out_h, out_w = out.shape[2:]
@@ -186,6 +185,10 @@ def winograd_conv(
         result = final[: m * m * filters * n_cols].reshape(m, -1, m)
         for row in range(m):
             matmul(z.reshape(m, t, -1)[row].T, at.T, result[row])
+        if bias is not None:  # while the band's blocks are in cache, before they move
+            np.add(
+                result.reshape(m, filters, -1), bias[:, None], out=result.reshape(m, filters, -1)
+            )
         ordered = result.reshape(m, filters, batch, stop - start, dh, cols, dw, m).transpose(
             2, 1, 3, 0, 4, 5, 7, 6
         )

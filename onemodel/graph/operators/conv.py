@@ -229,8 +229,9 @@ class ConvOp(Convolution, PreparesConstants):
     rounded once; the bias is then one rounded add. A constant W is prepared once per plan in
     both modes.
 
-    Fast: a constant W is prepared once per plan as the matrix the kernel multiplies; the bias
-    is added in place on the output, where a fused activation would follow (see FusedConv)."""
+    Fast: a constant W is prepared once per plan as the matrix the kernel multiplies; the
+    kernel adds the bias in its last pass over the output (the same one rounded add), where a
+    fused activation would follow (see FusedConv)."""
 
     transposed = False
     supports_exact = True
@@ -257,11 +258,14 @@ class ConvOp(Convolution, PreparesConstants):
             return
         placement = self.windows.place(x.shape[2:], w.shape[2:])
         window = (placement.strides, placement.pads_begin, placement.dilations, self.group)
+        bias = inputs[2] if len(inputs) > 2 else None
         if ctx.exact:
             ctx.kernels.exact_conv_arrays(x, w, out, *window, weights=prepared)
+            self._add_bias(ctx, out, bias)
         else:
-            ctx.kernels.conv_arrays(x, w, out, *window, scratch=ctx.scratch, weights=prepared)
-        self._add_bias(ctx, out, inputs[2] if len(inputs) > 2 else None)
+            ctx.kernels.conv_arrays(
+                x, w, out, *window, scratch=ctx.scratch, weights=prepared, bias=bias
+            )
 
 
 class ConvTransposeOp(Convolution):
