@@ -441,8 +441,13 @@ def _max_diff(ours: list[Any], theirs: list[Any]) -> float:
     return worst
 
 
-def measure_case(case: OpCase, budget: float, max_iterations: int) -> dict[str, Any]:
-    """One row: both engines' medians (runs taken in turn), the ratio and the output gap."""
+def measure_case(
+    case: OpCase, budget: float, max_iterations: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, Any]:
+    """One row: both engines' medians (runs taken in turn), the ratio and the output gap.
+    `clock` is wall time, or time.thread_time (`--cpu-time`): both engines run on the
+    calling thread at one intra-op thread, so their CPU time is the work without the waits
+    of a machine shared with other processes."""
     row: dict[str, Any] = {
         "case": case.name,
         "size": case.size,
@@ -464,9 +469,9 @@ def measure_case(case: OpCase, budget: float, max_iterations: int) -> dict[str, 
         spent < budget or len(times["onemodel"]) < 3
     ):
         for name, run in (("onemodel", run_ours), ("onnxruntime", run_theirs)):
-            begin = time.perf_counter()
+            begin = clock()
             run()
-            times[name].append(time.perf_counter() - begin)
+            times[name].append(clock() - begin)
         spent += times["onemodel"][-1]
     for name, seconds in times.items():
         ordered = sorted(seconds)
@@ -499,6 +504,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="FILE", help="write the table as a section of FILE")
     parser.add_argument("--in-process", action="store_true", help="no worker process")
     parser.add_argument("--list", action="store_true", help="print the case names and stop")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time each run by the thread's CPU time, not wall time (a shared machine)",
+    )
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -506,6 +516,7 @@ def command_line(args: argparse.Namespace) -> str:
     words += ["--filter", f"'{args.filter}'"] if args.filter else []
     words += ["--budget", f"{args.budget:g}", "--max-iterations", str(args.max_iterations)]
     words += ["--in-process"] if args.in_process else []
+    words += ["--cpu-time"] if args.cpu_time else []
     return " ".join(words)
 
 
@@ -514,7 +525,8 @@ def run_cases(args: argparse.Namespace, progress: Any = None) -> list[dict[str, 
     for case in selected(tuple(args.sizes), args.filter):
         if progress is not None:
             print(f"bench ops: {case.label}", file=progress, flush=True)
-        rows.append(measure_case(case, args.budget, args.max_iterations))
+        clock = time.thread_time if args.cpu_time else time.perf_counter
+        rows.append(measure_case(case, args.budget, args.max_iterations, clock))
     return rows
 
 
@@ -528,6 +540,7 @@ def _worker_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         command += ["--sizes", ",".join(args.sizes), "--budget", str(args.budget)]
         command += ["--max-iterations", str(args.max_iterations)]
         command += ["--filter", args.filter] if args.filter else []
+        command += ["--cpu-time"] if args.cpu_time else []
         done = subprocess.run(command, env=env, check=False)
         if done.returncode != 0 or not out.is_file():
             raise RuntimeError("the bench ops worker failed")
@@ -557,7 +570,8 @@ def run_bench_ops(args: argparse.Namespace) -> dict[str, Any]:
         "notes": {
             "threads": "onnxruntime intra_op_num_threads=1; onemodel intra_op_threads=1"
             + ("" if args.in_process else " in a worker with the BLAS thread variables at 1"),
-            "timing": "two warm-up runs each, then one run of each engine in turn; medians",
+            "timing": "two warm-up runs each, then one run of each engine in turn; medians"
+            + (" of the thread's CPU time" if args.cpu_time else " of wall time"),
             "ratio": "onemodel median / onnxruntime median (above 1: onemodel is slower)",
         },
         "summary": summary(rows),

@@ -219,6 +219,26 @@ def test_bench_ops_runs_cases_and_writes_its_own_section(tmp_path, capsys):
     assert "Cast bool->float32" in capsys.readouterr().out
 
 
+def test_bench_ops_cpu_time_times_runs_by_the_threads_cpu_time(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from onemodel import bench_ops
+
+    calls = []
+
+    def thread_time() -> float:
+        calls.append(None)
+        return 0.001 * len(calls)  # every run "takes" 1 ms
+
+    monkeypatch.setattr(bench_ops.time, "thread_time", thread_time)
+    out = tmp_path / "ops.json"
+    argv = ["bench", "ops", "--filter", "^Relu$", "--sizes", "small", "--budget", "0"]
+    assert cli.main([*argv, "--in-process", "--cpu-time", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (row,) = report["results"]
+    assert calls and row["onemodel"]["median_ms"] == row["onnxruntime"]["median_ms"] == 1.0
+    assert "--cpu-time" in report["command"] and "CPU time" in report["notes"]["timing"]
+
+
 def test_bench_all_keeps_the_operator_section(tmp_path):
     from onemodel import bench_ops
 

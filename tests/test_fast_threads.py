@@ -67,3 +67,26 @@ def test_one_and_two_threads_set_blas_and_agree() -> None:
         if _blas_threads():  # some BLAS is loaded: the run set its threads
             assert _blas_threads() == {threads}
     np.testing.assert_allclose(results[2], results[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("options_from", ["shim", "onnxruntime"])
+def test_the_onnxruntime_drop_in_honours_intra_op_num_threads(options_from: str) -> None:
+    """onemodel.InferenceSession takes intra_op_num_threads from onnxruntime's SessionOptions
+    (the shim's or onnxruntime's own object) and sets the BLAS threads in each run, as
+    onnxruntime bounds its intra-op pool."""
+    import onnxruntime
+
+    import onemodel
+    from onemodel.compat import onnxruntime as shim
+
+    model = _cnn_with_vector_products().SerializeToString()
+    x = np.random.default_rng(1).standard_normal((1, 16, 32, 32)).astype(np.float32)
+    kind = shim if options_from == "shim" else onnxruntime
+    for threads in (1, 2, 1):
+        options = kind.SessionOptions()
+        options.intra_op_num_threads = threads
+        session = onemodel.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        assert session.get_session_options().intra_op_num_threads == threads
+        session.run(None, {"x": x})
+        if _blas_threads():
+            assert _blas_threads() == {threads}

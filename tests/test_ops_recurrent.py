@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conformance_cases import case_params, node_cases, run_case
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 from operator_harness import assert_same, one_node_model, onnxruntime_outputs, refused, run_node
 
 from onemodel import Session, SessionOptions
@@ -416,3 +416,88 @@ def test_lstm_peepholes_must_have_three_blocks_per_direction() -> None:
     p = np.zeros((1, 8), np.float32)
     inputs = [X, w, r, None, None, None, None, p]
     refused(ErrorKind.INVALID_INPUT, "LSTM", inputs, {}, outputs=3)
+
+
+# -- the fused cells with constant weights (prepared once per plan) -----------------------------
+
+
+def _constant_weight_layer(op: str, seed: int, batch: int, direction: str, layout: int):
+    """A one-node model with W, R and B as initializers (what exported models have), default
+    activations: the fused cells of backends/recurrent.py with prepared weights."""
+    rng = np.random.default_rng(seed)
+    d = 2 if direction == "bidirectional" else 1
+    steps, size, hidden = 9, 5, 7
+    gates = GATES[op]
+
+    def normal(*shape: int, scale: float = 0.5) -> np.ndarray:
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    weights = {
+        "w": normal(d, gates * hidden, size),
+        "r": normal(d, gates * hidden, hidden),
+        "b": normal(d, 2 * gates * hidden),
+    }
+    x = normal(steps, batch, size, scale=1.0)
+    h0 = normal(d, batch, hidden)
+    attributes: dict[str, Any] = {"hidden_size": hidden, "direction": direction}
+    if op == "GRU":
+        attributes["linear_before_reset"] = seed % 2
+    feeds = {"x": x, "h0": h0}
+    names = ["x", "w", "r", "b", "", "h0"]
+    if op == "LSTM":
+        feeds["c0"] = normal(d, batch, hidden)
+        names.append("c0")
+    outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    if layout:
+        attributes["layout"] = 1
+        feeds = {k: v.transpose(1, 0, 2).copy() for k, v in feeds.items()}
+    graph = helper.make_graph(
+        [helper.make_node(op, names, outputs, **attributes)],
+        "fused",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [numpy_helper.from_array(v, n) for n, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model, feeds
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("op", "seed"), [("RNN", 0), ("GRU", 0), ("GRU", 1), ("LSTM", 0)])
+def test_constant_weights_are_prepared_once_and_match_onnxruntime(
+    op: str, seed: int, batch: int, direction: str, layout: int, monkeypatch
+) -> None:
+    import onnxruntime
+
+    from onemodel.graph.operators.recurrent import Recurrent
+
+    prepared = []
+    original = Recurrent._cell_weights
+
+    def counted(self, *args):
+        prepared.append(args[2])
+        return original(self, *args)
+
+    monkeypatch.setattr(Recurrent, "_cell_weights", counted)
+    model, feeds = _constant_weight_layer(op, seed, batch, direction, layout)
+    session = Session.create(model_from_proto(model), SessionOptions())
+    results = [session.run(None, feeds) for _ in range(2)]
+    directions = 2 if direction == "bidirectional" else 1
+    assert prepared == list(range(directions))  # at plan time, not in the two runs
+    for first, second in zip(*results, strict=True):
+        np.testing.assert_array_equal(first, second)
+    # onnxruntime has no layout 1: its layout-0 results, transposed.
+    model, feeds = _constant_weight_layer(op, seed, batch, direction, 0)
+    oracle = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    expected = oracle.run(None, feeds)
+    if layout:
+        expected = [expected[0].transpose(2, 0, 1, 3)] + [
+            e.transpose(1, 0, 2) for e in expected[1:]
+        ]
+    for ours, theirs in zip(results[1], expected, strict=True):
+        assert_same(ours, theirs, rtol=1e-5, atol=1e-6)

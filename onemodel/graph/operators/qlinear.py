@@ -590,7 +590,26 @@ class DynamicQuantizeLSTMOp(LSTMOp):
             float_specs[weights] = TensorSpec(DType.FLOAT, (shape[0], shape[2], shape[1]))
         return super().infer(InferContext(node, float_specs, [None] * len(float_specs)))
 
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        """The LSTM's prepared weights from the dequantized W and R, when they and their
+        scales and zero points are constants."""
+        quantized = (_W, _R, _W_SCALE, _W_ZERO, _R_SCALE, _R_ZERO)
+        if any(i >= len(constants) or constants[i] is None for i in quantized):
+            return None
+        return super().prepare(ctx, self._dequantized(ctx, constants))
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        given = self._dequantized(ctx, inputs)
+        super().run_prepared(ctx, super().prepare(ctx, given), given, outputs)
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
+        super().run_prepared(ctx, prepared, self._dequantized(ctx, inputs), outputs)
+
+    @staticmethod
+    def _dequantized(ctx: RunContext, inputs: Sequence[Array | None]) -> list[Array | None]:
+        """The LSTM's first 8 inputs, W and R as float32 (D, 4H, rows)."""
         xp = ctx.xp
         given = list(inputs[:8])
         for weights, scale, zero in ((_W, _W_SCALE, _W_ZERO), (_R, _R_SCALE, _R_ZERO)):
@@ -599,7 +618,7 @@ class DynamicQuantizeLSTMOp(LSTMOp):
             shifted = q.astype(xp.float32) - z.reshape(per_column).astype(xp.float32)
             real = shifted * s.reshape(per_column).astype(xp.float32)
             given[weights] = xp.ascontiguousarray(real.transpose(0, 2, 1))
-        super().run(ctx, given, outputs)
+        return given
 
 
 DEFS: tuple[OpDef, ...] = (

@@ -37,12 +37,12 @@ from onemodel.graph.operators.base import (
     InferContext,
     NodeInfo,
     OpDef,
-    Operator,
     RunContext,
     TensorSpec,
 )
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import DType
 
 _TYPES = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE})
@@ -129,8 +129,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class Recurrent(Operator):
-    """The shared layer: attributes, shapes, the projection and the loop over time steps."""
+class Recurrent(PreparesConstants):
+    """The shared layer: attributes, shapes, the projection and the loop over time steps.
+
+    With the default activations and no clip in fast mode (`fusable`), constant weights are
+    prepared once per plan into the layout of the fused cells (backends/recurrent.py)."""
 
     supports_exact = True
 
@@ -142,7 +145,7 @@ class Recurrent(Operator):
     gates: ClassVar[int]  # blocks of H rows in W and R
     default_activations: ClassVar[tuple[str, ...]]  # one direction's
     states: ClassVar[int] = 1  # state tensors carried from step to step (h, and c for LSTM)
-    sigmoid_gates: ClassVar[int] = 0  # leading gates a sigmoid activates (default activations)
+    cells: recurrent_cells.Cells  # the fused time loop (`fusable`, fast mode)
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -250,7 +253,40 @@ class Recurrent(Operator):
 
     # -- running --------------------------------------------------------------------------------
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        """The fused cells' weights of every direction, when W, R and B (if named) are
+        constants and the fused cells can run: fast mode, `fusable`, no peepholes."""
+        needed = [_W, _R] + ([_B] if self._named(_B) else [])
+        if (
+            ctx.exact
+            or not self.fusable
+            or self._named(_P)
+            or any(_optional(constants, i) is None for i in needed)
+        ):
+            return None
+        cast = _Cast(ctx.xp.float64 if constants[_W].dtype == ctx.xp.float64 else ctx.xp.float32)
+        return tuple(self._cell_weights(ctx.xp, constants, d, cast) for d in range(self.directions))
+
+    def _named(self, index: int) -> bool:
+        """Whether the node names input `index` (an optional input may be left out)."""
+        return index < len(self.node.inputs) and bool(self.node.inputs[index])
+
+    def _cell_weights(
+        self, xp: Any, inputs: Sequence[Array | None], d: int, cast: Callable[[Array], Array]
+    ) -> recurrent_cells.CellWeights:
+        w, r = cast(inputs[_W][d]), cast(inputs[_R][d])
+        bias = _optional(inputs, _B)
+        size = r.shape[0]
+        wb, rb = (
+            (xp.zeros(size, dtype=w.dtype),) * 2
+            if bias is None
+            else (cast(bias[d, :size]), cast(bias[d, size:]))
+        )
+        return self.cells.prepare(xp, w, r, wb, rb)
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         xp = ctx.kernels.xp if ctx.exact else ctx.xp
         x = inputs[_X]
         work = xp.float64 if x.dtype == xp.float64 or ctx.exact else xp.float32
@@ -260,10 +296,19 @@ class Recurrent(Operator):
         y = self._time_major(outputs, 0, (1, 2, 0, 3))
         finals = [self._time_major(outputs, k, (1, 0, 2)) for k in range(1, 1 + self.states)]
         matmul = functools.partial(exact_product, ctx.kernels) if ctx.exact else xp.matmul
+        fused = (
+            not ctx.exact
+            and self.fusable
+            and _optional(inputs, _P) is None
+            and (lengths is None or not lengths.size or int(lengths.min()) == x.shape[0])
+        )
         with quiet():
             for d in range(self.directions):
-                weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact)
-                state = self._run_direction(ctx, inputs, x, d, lengths, y, weights, cast)
+                if fused:
+                    state = self._run_fused(ctx, prepared, inputs, x, d, y, cast)
+                else:
+                    weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact)
+                    state = self._run_direction(ctx, inputs, x, d, lengths, y, weights, cast)
                 for final, value in zip(finals, state, strict=True):
                     if final is not None:
                         store(xp, final[d], value)
@@ -306,20 +351,6 @@ class Recurrent(Operator):
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
         )
         backward = self.reverse or d == 1
-        if (
-            not ctx.exact
-            and self.fusable
-            and weights.peepholes is None
-            and (lengths is None or not lengths.size or int(lengths.min()) == steps)
-        ):
-            scale = recurrent_cells.sigmoid_scale(
-                xp, self.sigmoid_gates, self.gates, hidden, x.dtype
-            )
-            projected *= scale
-            fused = DirectionWeights(
-                weights.recurrence * scale, weights.bias, None, weights.activations, xp.matmul
-            )
-            return self.cells(xp, projected, state, fused, None if y is None else y[:, d], backward)
         for t in range(steps - 1, -1, -1) if backward else range(steps):
             new = self.step(xp, projected[t], state, weights)
             if lengths is None:
@@ -331,6 +362,29 @@ class Recurrent(Operator):
             if y is not None:
                 store(xp, y[t, d], emitted)
         return state
+
+    def _run_fused(
+        self,
+        ctx: RunContext,
+        prepared: Any,
+        inputs: Sequence[Array | None],
+        x: Array,
+        d: int,
+        y: Array | None,
+        cast: Callable[[Array], Array],
+    ) -> tuple[Array, ...]:
+        """Direction d by the fused cells, from the prepared weights (or weights prepared now
+        when they are not constants)."""
+        xp = ctx.xp
+        weights = prepared[d] if prepared is not None else self._cell_weights(xp, inputs, d, cast)
+        batch, hidden = x.shape[1], inputs[_R].shape[2]
+        initial = [
+            self._initial(xp, _optional(inputs, index), d, batch, hidden, cast, x.dtype)
+            for index in (_INITIAL_H, _INITIAL_C)[: self.states]
+        ]
+        backward = self.reverse or d == 1
+        target = None if y is None else y[:, d]
+        return self.cells.run(xp, x, weights, initial, target, backward, ctx.scratch)
 
     def _lengths(self, lengths: Array | None, steps: int) -> Array | None:
         """Per batch entry as a [B, 1] column; refused outside [0, seq_length]."""
@@ -395,26 +449,13 @@ class Recurrent(Operator):
         """The new state from the state and this step's X·Wᵀ + Wb ([B, gates·H])."""
         raise NotImplementedError
 
-    def cells(
-        self,
-        xp: Any,
-        projected: Array,
-        state: tuple[Array, ...],
-        weights: DirectionWeights,
-        y: Array | None,
-        backward: bool,
-    ) -> tuple[Array, ...]:
-        """Every step with the default activations (`fusable`, fast mode): `projected` and Rᵀ
-        have the sigmoid gates' columns scaled by 1/2 (backends/recurrent.py); returns the
-        final state."""
-        raise NotImplementedError
-
 
 class RNNOp(Recurrent):
     """Ht = f(Xt·Wᵀ + Ht-1·Rᵀ + Wb + Rb)."""
 
     gates = 1
     default_activations = ("Tanh",)
+    cells = recurrent_cells.RNNCells()
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
@@ -423,20 +464,17 @@ class RNNOp(Recurrent):
         (f,) = weights.activations
         return (f(xp, self.clipped(xp, projected + weights.matmul(h, weights.recurrence))),)
 
-    def cells(self, xp, projected, state, weights, y, backward):
-        return recurrent_cells.rnn_cells(xp, projected, state[0], weights.recurrence, y, backward)
-
 
 class GRUOp(Recurrent):
     """Gates z, r, h; `linear_before_reset` (opset 3 on) applies r after the recurrence."""
 
     gates = 3
     default_activations = ("Sigmoid", "Tanh")
-    sigmoid_gates = 2
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.linear_before_reset = node.opset >= 3 and bool(node.attr("linear_before_reset", 0))
+        self.cells = recurrent_cells.GRUCells(self.linear_before_reset)
 
     def bias_outside(self, size: int) -> int:
         """All of Rb but, with linear_before_reset, the hidden gate's, which r multiplies."""
@@ -462,13 +500,6 @@ class GRUOp(Recurrent):
         candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
         return (candidate + z * (h - candidate),)  # (1 − z)·candidate + z·h
 
-    def cells(self, xp, projected, state, weights, y, backward):
-        size = weights.bias.shape[0]
-        hidden_bias = weights.bias[2 * size // 3 :] if self.linear_before_reset else None
-        return recurrent_cells.gru_cells(
-            xp, projected, state[0], weights.recurrence, y, backward, hidden_bias
-        )
-
 
 class LSTMOp(Recurrent):
     """Gates i, o, f, c with optional peepholes P (i, o, f); `input_forget` couples f = 1 - i."""
@@ -476,7 +507,7 @@ class LSTMOp(Recurrent):
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
     states = 2
-    sigmoid_gates = 3
+    cells = recurrent_cells.LSTMCells()
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -508,10 +539,6 @@ class LSTMOp(Recurrent):
             o = o + p[size : 2 * size] * c
         o = f(xp, self.clipped(xp, o))
         return o * activation_h(xp, c), c
-
-    def cells(self, xp, projected, state, weights, y, backward):
-        h, c = state
-        return recurrent_cells.lstm_cells(xp, projected, h, c, weights.recurrence, y, backward)
 
 
 class _Cast:
