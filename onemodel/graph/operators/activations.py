@@ -380,14 +380,6 @@ class Clip(Operator):
             xp.clip(x, low, high, out=out)
 
 
-def _extremes(xp: Any, dtype: Any) -> tuple[Any, Any]:
-    """The bounds that do not clip: the integers' extremes, else the infinities."""
-    if dtype.kind in "iu":
-        info = xp.iinfo(dtype)
-        return dtype.type(info.min), dtype.type(info.max)
-    return dtype.type(-math.inf), dtype.type(math.inf)
-
-
 DEFS: tuple[OpDef, ...] = (
     OpDef("Relu", 1, Relu),
     OpDef("LeakyRelu", 1, LeakyRelu),
