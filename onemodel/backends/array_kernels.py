@@ -237,6 +237,15 @@ class ArrayKernels(ConvolutionKernels):
         prepared once (a plan's constant weight)."""
         return exact_gemm.prepare(self.xp, x, axis)
 
+    def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
+        """out = x.transpose(perm): a copy, the same bits on every backend."""
+        self.xp.copyto(out, x.transpose(tuple(perm)))
+
+    def take_arrays(self, data: Any, positions: Any, axis: int, out: Any) -> None:
+        """out = data taken at `positions` along `axis`; the caller has checked every position
+        to be in 0..extent−1."""
+        self.xp.take(data, positions, axis=axis, out=out)
+
     def max_pool_arrays(
         self,
         x: Any,
