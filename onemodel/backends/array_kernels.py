@@ -8,6 +8,7 @@ than a second implementation that could drift from the first.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -807,7 +808,7 @@ def _pool_axis_phased(
     values, so the few border windows are redone from x, tap by tap."""
     xp_index = (slice(None),) * (2 + i)
     stride, per_row = axis.stride, axis.size // axis.stride
-    inner = int(np.prod(x.shape[3 + i :], dtype=np.int64))
+    inner = math.prod(x.shape[3 + i :])
     shifts = [divmod(tap - axis.pad, stride) for tap in range(axis.kernel)]
     phases = {}
     for residue in sorted({r for _, r in shifts}):

@@ -3,6 +3,7 @@ that compute in float32."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ def skewed(allocate: Scratch) -> Scratch:
     def allocate_skewed(shape: Sequence[int], dtype: Any) -> Any:
         nonlocal count
         dtype = np.dtype(dtype)
-        elements = int(np.prod(shape, dtype=np.int64))
+        elements = math.prod(int(n) for n in shape)
         skip = (count * _SKEW_BYTES) % 4096 // dtype.itemsize
         count += 1
         flat = allocate((elements + skip,), dtype).reshape(-1)

@@ -10,7 +10,9 @@ contiguous run while reading that many input rows side by side, all of them in c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -19,11 +21,13 @@ _MIN_ROWS = 8  # fewer rows per block measured slower (more blocks, shorter runs
 _SHORT_ROW = 16  # input rows this short (one cache line) copy well in one pass
 
 
+@lru_cache(maxsize=256)
 def merged_permutation(
-    shape: Sequence[int], perm: Sequence[int]
+    shape: tuple[int, ...], perm: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The same permuted copy on fewer axes: extent-1 axes dropped and input axes that stay
-    neighbours in the output merged. Returns the merged input shape and its permutation."""
+    neighbours in the output merged. Returns the merged input shape and its permutation
+    (remembered: a model transposes a few shapes, every run)."""
     kept = [axis for axis in perm if shape[axis] != 1]
     groups: list[list[int]] = []
     for axis in kept:
@@ -32,7 +36,7 @@ def merged_permutation(
         else:
             groups.append([axis])
     by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
-    merged = tuple(int(np.prod([shape[a] for a in groups[g]])) for g in by_input)
+    merged = tuple(math.prod(shape[a] for a in groups[g]) for g in by_input)
     position = {g: i for i, g in enumerate(by_input)}
     return merged, tuple(position[g] for g in range(len(groups)))
 
@@ -40,7 +44,7 @@ def merged_permutation(
 def transpose_copy(x: np.ndarray, perm: Sequence[int], out: np.ndarray) -> None:
     """out (C-contiguous) = x.transpose(perm), blocked along the output's last axis when that
     axis is not the input's last (see the module docstring)."""
-    shape, order = merged_permutation(x.shape, perm)
+    shape, order = merged_permutation(x.shape, tuple(perm))
     rank = len(order)
     if not x.flags.c_contiguous or rank < 2 or order[-1] == rank - 1:
         np.copyto(out, x.transpose(perm))
