@@ -65,3 +65,12 @@ def test_gather_takes_checked_positions_with_negative_indices() -> None:
         picked = indices % x.shape[axis] - (x.shape[axis] if axis else 0)
         (y,) = run_node("Gather", [x, picked], {"axis": axis})
         np.testing.assert_array_equal(y, np.take(x, picked, axis=axis))
+
+
+def test_pad_of_a_large_output_fills_only_the_padding_and_keeps_the_rest() -> None:
+    x = np.random.default_rng(4).standard_normal((1, 17, 250, 256)).astype(np.float32)
+    pads = np.array([0, 1, 2, 0, 0, 2, 1, 3], np.int64)  # more than 2^20 outputs
+    value = np.array(-7.5, np.float32)
+    (y,) = run_node("Pad", [x, pads, value], opset=18)
+    expected = np.pad(x, [(0, 0), (1, 2), (2, 1), (0, 3)], constant_values=-7.5)
+    np.testing.assert_array_equal(y, expected)
