@@ -44,9 +44,12 @@ def merged_permutation(
 def transpose_copy(x: np.ndarray, perm: Sequence[int], out: np.ndarray) -> None:
     """out (C-contiguous) = x.transpose(perm), blocked along the output's last axis when that
     axis is not the input's last (see the module docstring)."""
+    if perm[-1] == x.ndim - 1 or not x.flags.c_contiguous:  # rows stay rows: one pass
+        np.copyto(out, x.transpose(perm))
+        return
     shape, order = merged_permutation(x.shape, tuple(perm))
     rank = len(order)
-    if not x.flags.c_contiguous or rank < 2 or order[-1] == rank - 1:
+    if rank < 2 or order[-1] == rank - 1:
         np.copyto(out, x.transpose(perm))
         return
     row = shape[-1]
