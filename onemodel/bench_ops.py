@@ -218,6 +218,7 @@ def _sized_cases(size: str) -> Iterator[OpCase]:
         {"axis": 0},
         weights={"idx": _i64(list(range(rows - 1, -1, -1)))},
     )
+    yield from _movement_cases(size)
     for source in CAST_TYPES:
         for target in CAST_TYPES:
             if source != target:
@@ -229,6 +230,39 @@ def _sized_cases(size: str) -> Iterator[OpCase]:
                     {"to": ONNX_TYPE[target]},
                     out_types=(target,),
                 )
+
+
+def _movement_cases(size: str) -> Iterator[OpCase]:
+    """Pooling, resizing and data movement beyond the first table's rows; the view operators
+    (Reshape, Flatten, Squeeze) are a copy here only because a graph output must not share
+    the caller's input."""
+    flat, image = FLAT[size], IMAGE[size]
+    rows, cols = flat
+    yield OpCase("GlobalMaxPool", size, "GlobalMaxPool", [Input(image)])
+    for mode in ("linear", "cubic"):
+        yield OpCase(
+            f"Resize {mode} x2",
+            size,
+            "Resize",
+            [Input(image)],
+            {"mode": mode},
+            weights={"roi": _f32([]), "scales": _f32([1, 1, 2, 2])},
+        )
+    yield OpCase("DepthToSpace 2", size, "DepthToSpace", [Input(image)], {"blocksize": 2})
+    yield OpCase("SpaceToDepth 2", size, "SpaceToDepth", [Input(image)], {"blocksize": 2})
+    yield OpCase("Expand rows", size, "Expand", [Input((1, cols))], weights={"s": _i64(flat)})
+    yield OpCase("Tile 2x1", size, "Tile", [Input((rows // 2, cols))], weights={"r": _i64([2, 1])})
+    yield OpCase(
+        "Split 2",
+        size,
+        "Split",
+        [Input(flat)],
+        {"axis": -1, "num_outputs": 2},
+        out_types=("float32", "float32"),
+    )
+    yield OpCase("Reshape", size, "Reshape", [Input(flat)], weights={"s": _i64([-1, 64])})
+    yield OpCase("Flatten", size, "Flatten", [Input(image)], {"axis": 1})
+    yield OpCase("Squeeze", size, "Squeeze", [Input(image)], weights={"axes": _i64([0])})
 
 
 def _f(value: float) -> np.ndarray:
@@ -421,8 +455,11 @@ def _sessions(case: OpCase) -> tuple[Callable[[], Any], Callable[[], Any]]:
     options.inter_op_num_threads = 1
     theirs = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
+    to_host = ours.kernels.memory.to_host
+
     def run_ours() -> Any:
-        return [ours.kernels.memory.to_host(o) for o in ours.run(None, feeds)]
+        # NumPy results are host arrays already (as onnxruntime's are): no copy is timed.
+        return [o if isinstance(o, np.ndarray) else to_host(o) for o in ours.run(None, feeds)]
 
     return run_ours, lambda: theirs.run(None, feeds)
 

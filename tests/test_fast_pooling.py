@@ -58,11 +58,27 @@ def _first_nan_or_max(values: np.ndarray) -> np.ndarray:
     return np.where(nan.any(axis=-1), picked, values.max(axis=-1, initial=-np.inf))
 
 
-@pytest.mark.parametrize("attrs", CASES)
-def test_max_and_average_pool_match_a_window_loop(attrs) -> None:
+# Extents that are multiples of the strides with one window per phase position: the axes
+# run as flat runs over their phases (`_pool_axis_phased`), border windows redone.
+PHASED = [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[5, 3], strides=[2, 2], pads=[2, 1, 2, 1]),
+    dict(kernel_shape=[3, 3], strides=[3, 2], pads=[0, 1, 0, 1]),
+    dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1]),
+]
+SPATIAL = {"odd": (9, 8, 7), "even": (12, 16, 6)}
+
+
+@pytest.mark.parametrize(
+    ("attrs", "spatial"),
+    [(a, "odd") for a in CASES] + [(a, "even") for a in PHASED],
+)
+def test_max_and_average_pool_match_a_window_loop(attrs, spatial) -> None:
     rank = len(attrs["kernel_shape"])
     rng = np.random.default_rng(rank)
-    spatial = (9, 8, 7)[:rank]
+    spatial = SPATIAL[spatial][:rank]
     x = rng.standard_normal((2, 3, *spatial)).astype(np.float32)
     x[0, 1, (1,) * rank] = np.nan
     x.ravel()[::17] = np.nan

@@ -8,6 +8,7 @@ than a second implementation that could drift from the first.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends import exact_arrays, exact_elementary, exact_gemm
-from onemodel.backends.array_types import NARROW_FLOATS, Scratch
+from onemodel.backends.array_types import NARROW_FLOATS, Scratch, skewed
 from onemodel.backends.convolution import ConvolutionKernels
+from onemodel.backends.flat_phases import flat_phases
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import IeeeFloat32
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
@@ -237,6 +239,15 @@ class ArrayKernels(ConvolutionKernels):
         prepared once (a plan's constant weight)."""
         return exact_gemm.prepare(self.xp, x, axis)
 
+    def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
+        """out = x.transpose(perm): a copy, the same bits on every backend."""
+        self.xp.copyto(out, x.transpose(tuple(perm)))
+
+    def take_arrays(self, data: Any, positions: Any, axis: int, out: Any) -> None:
+        """out = data taken at `positions` along `axis`; the caller has checked every position
+        to be in 0..extent−1."""
+        self.xp.take(data, positions, axis=axis, out=out)
+
     def max_pool_arrays(
         self,
         x: Any,
@@ -302,12 +313,46 @@ class ArrayKernels(ConvolutionKernels):
         narrow = out.dtype in NARROW_FLOATS
         total = xp.empty(out.shape, dtype=xp.float32) if narrow else out
         with quiet():
-            if row_major:
+            if row_major and len(axes) == 2:
+                # −0 is the sum's neutral element (0 is not: −0 + 0 = +0)
+                self._pool_flat(x, total, axes, xp.add, -0.0, scratch)
+            elif row_major:
                 self._pool_taps(x, total, axes, xp.add, 0)
             else:
                 self._pool_separably(x, total, axes, xp.add, 0, scratch, last_first=False)
         if narrow:
             out[...] = total
+
+    def _pool_flat(
+        self,
+        x: Any,
+        out: Any,
+        axes: Sequence[WindowAxis],
+        combine: Any,
+        fill: Any,
+        scratch: Scratch | None,
+    ) -> None:
+        """A 2-D window reduction over taps in row-major order, each tap one contiguous run of
+        x's padded phases (`flat_phases`: padding is `fill`, which must leave a value as it
+        is); one long loop per tap instead of one short strided loop per output row."""
+        xp = self.xp
+        allocate = skewed(scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype)))
+        phases = flat_phases(
+            x,
+            out.shape[2:],
+            [axis.kernel for axis in axes],
+            [axis.stride for axis in axes],
+            [axis.pad for axis in axes],
+            [axis.dilation for axis in axes],
+            fill,
+            allocate,
+        )
+        taps = phases.taps()
+        total = allocate(phases.run_shape, out.dtype)
+        total[...] = next(taps)
+        for run in taps:
+            combine(total, run, out=total)
+        phases.crop(total, out)
 
     def _pool_separably(
         self,
@@ -324,16 +369,19 @@ class ArrayKernels(ConvolutionKernels):
         NaN in row-major window order still wins; sums choose their order (`last_first`).
         Intermediates go to `scratch` when given."""
         xp = self.xp
-        allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
+        allocate = skewed(scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype)))
         pooled = [i for i, axis in enumerate(axes) if not _identity_axis(axis)]
         order = pooled[::-1] if last_first else pooled
         current = x
         for i in order:
             shape = (*current.shape[: 2 + i], axes[i].extent, *current.shape[3 + i :])
             target = out if i == order[-1] else allocate(shape, out.dtype)
-            one = [_pass_through(n) for n in current.shape[2:]]
-            one[i] = axes[i]
-            self._pool_taps(current, target, one, combine, identity)
+            if _phases_fit(current, target, axes[i]):
+                _pool_axis_phased(current, target, i, axes[i], combine, allocate)
+            else:
+                one = [_pass_through(n) for n in current.shape[2:]]
+                one[i] = axes[i]
+                self._pool_taps(current, target, one, combine, identity)
             current = target
         if current is x:
             out[...] = x
@@ -731,6 +779,68 @@ def window_axes(
             spatial, out_spatial, kernel, strides, pads, dilations, strict=True
         )
     ]
+
+
+def _phases_fit(x: Any, out: Any, axis: WindowAxis) -> bool:
+    """Whether `_pool_axis_phased` can pool an axis of x into out: undilated, the extent a
+    multiple of the stride with one window per phase position, both arrays contiguous."""
+    return (
+        axis.dilation == 1
+        and axis.size % axis.stride == 0
+        and axis.extent == axis.size // axis.stride
+        and x.flags.c_contiguous
+        and out.flags.c_contiguous
+    )
+
+
+def _pool_axis_phased(
+    x: Any, out: Any, i: int, axis: WindowAxis, combine: Any, allocate: Scratch
+) -> None:
+    """Pool spatial axis i of x (stride s) into out, taps in order, as flat contiguous runs.
+
+    A tap read as a strided slice runs one short NumPy loop per output row (rows of 32–64
+    values: np.maximum took 0.26 ms for 131k outputs of 64×64×64 float32 along the last axis,
+    0.07 ms along rows, AMD EPYC, where one flat loop takes 0.013–0.025). Instead x is split
+    once into its s phases along the axis (copies; none for stride 1, and along the last axis
+    a flat strided copy, since rows hold whole multiples of s), and tap t of window j reads
+    phase (t − pad) mod s at j + ⌊(t − pad)/s⌋: for every window at once one flat run of the
+    phase at a shift. Where that index leaves the axis the run reads a neighbouring row's
+    values, so the few border windows are redone from x, tap by tap."""
+    xp_index = (slice(None),) * (2 + i)
+    stride, per_row = axis.stride, axis.size // axis.stride
+    inner = math.prod(x.shape[3 + i :])
+    shifts = [divmod(tap - axis.pad, stride) for tap in range(axis.kernel)]
+    phases = {}
+    for residue in sorted({r for _, r in shifts}):
+        if stride == 1:
+            phases[residue] = x.reshape(-1)
+            continue
+        phase = allocate(out.shape, x.dtype)
+        phase[...] = x[(*xp_index, slice(residue, None, stride))]
+        phases[residue] = phase.reshape(-1)
+    total = out.reshape(-1)
+    for tap, (shift, residue) in enumerate(shifts):
+        offset = shift * inner
+        lo, hi = max(0, -offset), total.size - max(0, offset)
+        run = phases[residue][lo + offset : hi + offset]
+        if tap == 0:
+            total[lo:hi] = run
+        else:
+            combine(total[lo:hi], run, out=total[lo:hi])
+    low = max(-shift for shift, _ in shifts)
+    high = min(per_row - shift for shift, _ in shifts)
+    for window in [*range(min(low, axis.extent)), *range(max(high, low), axis.extent)]:
+        target = out[(*xp_index, window)]
+        first = True
+        for tap in range(axis.kernel):
+            position = window * stride - axis.pad + tap
+            if 0 <= position < axis.size:
+                values = x[(*xp_index, position)]
+                if first:
+                    target[...] = values
+                    first = False
+                else:
+                    combine(target, values, out=target)
 
 
 def _pass_through(size: int) -> WindowAxis:

@@ -146,6 +146,12 @@ class Kernels(Protocol):
         temporaries from `scratch` when given (`exact`: exact_matmul_arrays columns, ordered
         float64 col2im, one rounding)."""
 
+    def transpose_arrays(self, x: Any, perm: Any, out: Any) -> None:
+        """out = x.transpose(perm) (Transpose, DepthToSpace, SpaceToDepth)."""
+
+    def take_arrays(self, data: Any, positions: Any, axis: int, out: Any) -> None:
+        """out = data at `positions` along `axis`, positions already checked in range."""
+
     def max_pool_arrays(
         self,
         x: Any,

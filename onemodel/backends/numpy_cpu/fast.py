@@ -12,6 +12,7 @@ from onemodel.backends.array_kernels import ArrayKernels
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import depthwise_conv
+from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 from onemodel.backends.numpy_cpu.winograd import WinogradFilter, winograd_conv, winograd_filter
@@ -153,6 +154,13 @@ class NumpyKernels(ArrayKernels):
             depthwise_conv(x, taps, out, strides, pads, dilations, w.shape[2:], allocate, bias)
             return
         super().conv_arrays(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
+
+    def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
+        """Blocked for the cache (numpy_cpu/movement.py)."""
+        transpose_copy(x, perm, out)
+
+    def take_arrays(self, data: Any, positions: Any, axis: int, out: Any) -> None:
+        take_checked(data, positions, axis, out)
 
     @staticmethod
     def _allocate(shape: Sequence[int], dtype: Any) -> Any:

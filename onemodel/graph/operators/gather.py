@@ -93,7 +93,7 @@ class GatherOp(AxisIndexingOperator):
         positions = self.checked_indices(
             ctx, indices, data.shape[axis], self.where(data.shape, axis)
         )
-        ctx.xp.take(data, positions, axis=axis, out=outputs[0])
+        ctx.kernels.take_arrays(data, positions, axis, outputs[0])
 
 
 class ElementwiseIndexingOperator(AxisIndexingOperator):

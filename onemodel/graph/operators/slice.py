@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from onemodel.graph.operators.axes import (
     INDEX_TYPES,
@@ -16,16 +17,17 @@ from onemodel.graph.operators.base import (
     InferContext,
     NodeInfo,
     OpDef,
-    Operator,
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.prepared import PreparesConstants
 
 
-class SliceOp(Operator):
+class SliceOp(PreparesConstants):
     """Slice with starts/ends/axes attributes (opsets 1-9) or inputs with steps (10+).
 
-    `run` reads the bounds again from its inputs: an operator holds no per-plan state."""
+    Constant bounds (the usual case) are read to the host once per plan (`prepare`); computed
+    ones in every run (an operator holds no per-plan state)."""
 
     supports_exact = True
 
@@ -73,9 +75,20 @@ class SliceOp(Operator):
         out_shape = tuple(len(range(*s.indices(d))) for s, d in zip(bounds, shape, strict=True))
         return [ctx.output(ctx.dtype(0), out_shape)]
 
-    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+    def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
+        """The bound inputs as host ints when every one present is a constant, else None."""
+        present = [i for i in range(1, len(self.node.inputs)) if self.node.inputs[i]]
+        if self.attributes is not None or any(constants[i] is None for i in present):
+            return None
+        read = run_reader(ctx, constants)
+        return {i: read(i) for i in present}
+
+    def run_prepared(
+        self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
+    ) -> None:
         data = inputs[0]
-        ctx.xp.copyto(outputs[0], data[self.bounds(data.shape, run_reader(ctx, inputs))])
+        read = run_reader(ctx, inputs) if prepared is None else prepared.get
+        ctx.xp.copyto(outputs[0], data[self.bounds(data.shape, read)])
 
 
 def effective_slice(extent: int, start: int, end: int, step: int) -> slice:

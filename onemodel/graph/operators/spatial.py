@@ -74,8 +74,9 @@ class BlockRearrangeOp(Operator):
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         view, perm = self.staged(inputs[0].shape)
-        moved = inputs[0].reshape(view).transpose(perm)
-        ctx.xp.copyto(outputs[0].reshape(moved.shape), moved)
+        staged = inputs[0].reshape(view)
+        moved_shape = tuple(view[p] for p in perm)
+        ctx.kernels.transpose_arrays(staged, perm, outputs[0].reshape(moved_shape))
 
 
 class DepthToSpaceOp(BlockRearrangeOp):

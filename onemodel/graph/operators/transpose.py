@@ -42,7 +42,7 @@ class TransposeOp(Operator):
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         data = inputs[0]
-        ctx.xp.copyto(outputs[0], data.transpose(self.permutation(data.ndim)))
+        ctx.kernels.transpose_arrays(data, self.permutation(data.ndim), outputs[0])
 
 
 DEFS: tuple[OpDef, ...] = (OpDef("Transpose", 1, TransposeOp),)
