@@ -346,6 +346,15 @@ def export_vision(family: str, folder: Path, size: int = 64) -> Path:
     return path
 
 
+def to_float16(source: Path, out: Path) -> Path:
+    """onnxconverter-common's float16 conversion, keeping float32 inputs and outputs (Casts
+    where they enter and leave), as its users write float16 vision models."""
+    from onnxconverter_common import float16
+
+    onnx.save(float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True), out)
+    return out
+
+
 # -- onnxruntime's transformer optimizer ------------------------------------------------------
 
 OPTIMIZER_TYPES = {"bert": "bert", "distilbert": "bert", "roberta": "bert", "gpt2": "gpt2"}
