@@ -301,3 +301,75 @@ def test_dynamic_quantize_lstm_refuses_a_scale_of_the_wrong_shape(tmp_path):
         session.run(None, {"x": np.zeros((5, 2, 6), np.float32)})
     assert caught.value.kind == ErrorKind.INVALID_INPUT
     assert lstm.name in str(caught.value) and scale.name in str(caught.value)
+
+
+_TYPED_OUTPUTS = {
+    "DynamicQuantizeLinear": (TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8),
+    "MatMulInteger": (TensorProto.INT32,),
+    "QEmbedLayerNormalization": (TensorProto.FLOAT, TensorProto.INT32),
+    "QAttention": (TensorProto.FLOAT,),
+}
+
+
+@pytest.mark.parametrize("weights", ["QUInt8", "QInt8"])
+def test_quantized_optimized_bert_with_qembedlayernormalization(tmp_path, weights: str):
+    """quantize_dynamic on the transformer optimizer's BERT (the committed golden) writes
+    QEmbedLayerNormalization for its EmbedLayerNormalization, and QAttention: every integer
+    its quantized operators make equals onnxruntime's (optimisations off), the embedding within
+    1e-5 and the output within 1e-2. (The optimizer's contrib operators have no ONNX type
+    inference, so the quantizer is told their tensors are float32.)"""
+    golden = Path(__file__).parent / "models" / "real" / "ortopt-bert-o99"
+    target = tmp_path / "quantized.onnx"
+    logging.getLogger().setLevel(logging.ERROR)
+    quantization.quantize_dynamic(
+        golden.with_suffix(".onnx"), target, weight_type=quantization.QuantType[weights],
+        reduce_range=weights == "QInt8", extra_options={"DefaultTensorType": TensorProto.FLOAT},
+    )  # fmt: skip
+    model = onnx.load(target)
+    assert {"com.microsoft.QEmbedLayerNormalization", "com.microsoft.QAttention"} <= _op_types(
+        model
+    )
+    declared = {output.name for output in model.graph.output}
+    model.graph.output.extend(
+        helper.make_tensor_value_info(name, code, None)
+        for node in model.graph.node
+        for name, code in zip(node.output, _TYPED_OUTPUTS.get(node.op_type, ()), strict=False)
+        if name and name not in declared
+    )
+    with np.load(golden.with_suffix(".inputs.npz")) as stored:
+        feeds = {key: stored[key] for key in stored.files if ":" not in key}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model.SerializeToString()
+    reference = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    names = [output.name for output in reference.get_outputs()]
+    expected = dict(zip(names, reference.run(None, feeds), strict=True))
+    got = dict(zip(names, Session.load(data).run(None, feeds), strict=True))
+    integers = [name for name in names if expected[name].dtype.kind in "iu"]
+    assert len(integers) >= 20
+    for name in integers:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    embedding = next(n.output[0] for n in model.graph.node if n.op_type.startswith("QEmbed"))
+    np.testing.assert_allclose(got[embedding], expected[embedding], rtol=1e-5, atol=1e-5)
+    for name in declared:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-2, atol=1e-2)
+
+
+def test_qembedlayernormalization_refuses_a_scale_per_row(tmp_path):
+    golden = Path(__file__).parent / "models" / "real" / "ortopt-bert-o99.onnx"
+    target = tmp_path / "quantized.onnx"
+    logging.getLogger().setLevel(logging.ERROR)
+    default_type = {"DefaultTensorType": TensorProto.FLOAT}
+    quantization.quantize_dynamic(golden, target, weight_type=quantization.QuantType.QUInt8,
+                                  extra_options=default_type)  # fmt: skip
+    model = onnx.load(target)
+    node = next(n for n in model.graph.node if n.op_type == "QEmbedLayerNormalization")
+    scale = next(t for t in model.graph.initializer if t.name == node.input[8])
+    scale.CopyFrom(numpy_helper.from_array(np.ones(100, np.float32), scale.name))
+    session = Session.load(model.SerializeToString())
+    with np.load(golden.with_suffix(".inputs.npz")) as stored:
+        feeds = {key: stored[key] for key in stored.files if ":" not in key}
+    with pytest.raises(SessionError, match="per-tensor") as caught:
+        session.run(None, feeds)
+    assert caught.value.kind is ErrorKind.INVALID_INPUT
+    assert node.input[8] in str(caught.value)
