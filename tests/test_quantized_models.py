@@ -129,7 +129,7 @@ class _Calibration(quantization.CalibrationDataReader):
 
 
 def _quantized(
-    tmp_path: Path, name: str, fmt: str = "dynamic", **options
+    tmp_path: Path, name: str, fmt: str = "dynamic", weights: str = "QInt8", **options
 ) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """The float model `name` quantized by quantize_dynamic, or by quantize_static in the
     QOperator or QDQ format (uint8 activations, int8 weights, 7 bits for the reason above)."""
@@ -147,7 +147,8 @@ def _quantized(
     else:
         quantization.quantize_static(
             source, target, _Calibration(shape), quant_format=quantization.QuantFormat[fmt],
-            activation_type=types.QUInt8, weight_type=types.QInt8, reduce_range=True, **options,
+            activation_type=types.QUInt8, weight_type=types[weights], reduce_range=True,
+            **options,
         )  # fmt: skip
     return onnx.load(target), shape
 
@@ -229,6 +230,30 @@ def test_quantize_static_models_match_onnxruntime(tmp_path, name: str, fmt: str)
     graphs ONNX's QuantizeLinear/DequantizeLinear pairs around float operators."""
     quantized, shape = _quantized(tmp_path, name, fmt)
     assert STATIC_OPS[name, fmt] <= _op_types(quantized), _op_types(quantized)
+    _compare_every_value(quantized, shape, lstm=False)
+
+
+CONTRIB_QDQ = {
+    "contrib_ops": {"weights": "QInt8", "extra_options": {"UseQDQContribOps": True}},
+    "int4_weights": {"weights": "QInt4"},  # before opset 21, ONNX's types lack int4
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CONTRIB_QDQ))
+def test_quantize_static_contrib_qdq_matches_onnxruntime(tmp_path, variant: str):
+    """quantize_static writes com.microsoft.QuantizeLinear/DequantizeLinear (ONNX's of opset
+    21) with UseQDQContribOps, or for int4 weights in an opset-20 model."""
+    quantized, shape = _quantized(tmp_path, "cnn", "QDQ", **CONTRIB_QDQ[variant])
+    contrib = {"com.microsoft.QuantizeLinear", "com.microsoft.DequantizeLinear"}
+    assert contrib <= _op_types(quantized), _op_types(quantized)
+    # ONNX's shape inference has no schema for them: their outputs are declared here (a
+    # quantized value has its zero point's type) so that every integer is compared.
+    zero_points = {t.name: t.data_type for t in quantized.graph.initializer}
+    quantized.graph.value_info.extend(
+        helper.make_tensor_value_info(node.output[0], zero_points[node.input[2]], None)
+        for node in quantized.graph.node
+        if node.op_type == "QuantizeLinear" and node.domain == "com.microsoft"
+    )
     _compare_every_value(quantized, shape, lstm=False)
 
 
