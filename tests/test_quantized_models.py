@@ -398,3 +398,32 @@ def test_qembedlayernormalization_refuses_a_scale_per_row(tmp_path):
         session.run(None, feeds)
     assert caught.value.kind is ErrorKind.INVALID_INPUT
     assert node.input[8] in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("block_size", "symmetric"), [(32, True), (16, False)], ids=["b32_symmetric", "b16_zero_points"]
+)
+def test_matmul_nbits_quantizer_output_matches_onnxruntime(block_size: int, symmetric: bool):
+    """onnxruntime.quantization's MatMulNBitsQuantizer (4-bit blockwise weights, with zero
+    points when asymmetric) on the committed optimum BERT: com.microsoft.MatMulNBits with
+    accuracy_level 0, where onnxruntime multiplies the dequantized weights in float32 too."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    golden = Path(__file__).parent / "models" / "real" / "optimum-bert"
+    logging.getLogger().setLevel(logging.ERROR)
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(golden.with_suffix(".onnx")), block_size=block_size, is_symmetric=symmetric
+    )
+    quantizer.process()
+    model = quantizer.model.model
+    assert sum(node.op_type == "MatMulNBits" for node in model.graph.node) >= 6
+    with np.load(golden.with_suffix(".inputs.npz")) as stored:
+        feeds = {key: stored[key] for key in stored.files if ":" not in key}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model.SerializeToString()
+    expected = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    for got, want in zip(Session.load(data).run(None, feeds), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
