@@ -1,18 +1,24 @@
 """float16 held in float32 between operators, as onnxruntime's CPU provider computes it.
 
 ONNX types a float16 value as float16: every operator's result is rounded to it. onnxruntime's
-CPU provider has float32 kernels only for most operators, so it casts their float16 inputs to
-float32 and their results back, then drops every float32→float16→float32 Cast pair (its
-RemoveDuplicateCastTransformer counts no float-to-float Cast as a loss of precision), the
-model's own Casts to float16 included. What runs is the float32 network on the float16
-weights' values, rounded only where a graph output is float16. `widen_float16` rewrites an
-imported model into exactly that: the opt-in `SessionOptions.float16_intermediates="float32"`
-(docs/moving-from-onnxruntime.md measures what it changes on a float16 ResNet-50).
+CPU provider has float16 kernels for a few operators only (CPU_FLOAT16_KERNELS), so it casts
+the float16 inputs of every other operator to float32 and its results back, then drops every
+float32→float16→float32 Cast pair (its RemoveDuplicateCastTransformer counts no float-to-float
+Cast as a loss of precision), the model's own Casts to float16 included. What runs is the
+float32 network on the float16 weights' values, rounded to float16 only where a float16 kernel
+reads a value and where a graph output is float16. It also moves an isolated float16-kernel
+node (every float16 input made, and every float16 output read, by float32 nodes) to float32.
+`widen_float16` rewrites an imported model into that: the opt-in
+`SessionOptions.float16_intermediates="float32"` (docs/moving-from-onnxruntime.md measures it).
 
 The graph keeps its float16 inputs and outputs: a float16 input is widened by a Cast where it
 enters, a float16 output rounded by one where it leaves. Inside, float16 initializers, constants
 and declared types become float32 (the widening is exact), Cast and the operators with a dtype
-attribute make float32 where they made float16, and If/Loop/Scan bodies are widened whole.
+attribute make float32 where they made float16, and the bodies of float32 nodes are widened
+whole. A node onnxruntime runs with a float16 kernel keeps its types and reads its float16
+inputs through a rounding Cast (a body of such a node keeps its float16 types, where
+onnxruntime would rewrite the nodes inside too). Values without a declared type are float16
+by their operator's type rule (`_made_half`).
 """
 
 from __future__ import annotations
