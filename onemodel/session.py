@@ -13,7 +13,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -27,6 +27,7 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph, ValueMeta
 from onemodel.graph.element_types import element_types
 from onemodel.graph.executor import GraphExecutor, compile_body
+from onemodel.graph.float16_widening import widen_float16
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
@@ -59,7 +60,10 @@ class SessionOptions:
     (bytes) bounds a run's slab, scratch, dynamic values and Loop/Scan accumulations, each
     checked before it is allocated (SessionError(UNSUPPORTED) beyond it); `outputs_as` is how
     `run` returns outputs: "backend" (its NumPy or CuPy arrays), "numpy", or "input" (the
-    library of the arrays fed in, onemodel/arrays.py)."""
+    library of the arrays fed in, onemodel/arrays.py); `float16_intermediates="float32"` holds
+    float16 values in float32 between operators, as onnxruntime's CPU provider computes them
+    (onemodel/graph/float16_widening.py), where the default rounds each to float16 as ONNX
+    types them."""
 
     mode: ExecutionMode = ExecutionMode.FAST
     intra_op_threads: int = 0
@@ -72,6 +76,7 @@ class SessionOptions:
     run_timeout: float | None = None
     memory_limit: int | None = None
     outputs_as: OutputsAs = "backend"
+    float16_intermediates: Literal["float16", "float32"] = "float16"
 
 
 class Session:
@@ -99,6 +104,14 @@ class Session:
             )
         self.kernels = _kernels(options.backend, model)
         self.model_info = model
+        if options.float16_intermediates not in ("float16", "float32"):
+            raise SessionError(
+                ErrorKind.UNSUPPORTED,
+                f"float16_intermediates is 'float16' or 'float32', not "
+                f"{options.float16_intermediates!r}",
+            )
+        if options.float16_intermediates == "float32":
+            model = widen_float16(model)
         checked = checked_by_default() if options.checked is None else options.checked
         with paused_gc():
             self._graph = CompiledGraph(

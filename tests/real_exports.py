@@ -227,6 +227,83 @@ def optimum_families() -> dict[str, tuple[Callable[[], Any], str, str]]:
             lambda: t.ViTForImageClassification(t.ViTConfig(**vision, num_labels=5)),
             "image-classification",
         ),
+        "swin": (
+            lambda: t.SwinForImageClassification(
+                t.SwinConfig(
+                    image_size=32,
+                    patch_size=4,
+                    embed_dim=16,
+                    depths=[1, 1],
+                    num_heads=[2, 2],
+                    window_size=4,
+                    num_labels=5,
+                )
+            ),
+            "image-classification",
+        ),
+        "mobilebert": (
+            lambda: t.MobileBertModel(
+                t.MobileBertConfig(
+                    **_encoder(), embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16
+                )
+            ),
+            "feature-extraction",
+        ),
+        "albert": (
+            lambda: t.AlbertModel(t.AlbertConfig(**_encoder(), embedding_size=16)),
+            "feature-extraction",
+        ),
+        "electra": (
+            lambda: t.ElectraModel(t.ElectraConfig(**_encoder(), embedding_size=16)),
+            "feature-extraction",
+        ),
+        "mistral": (
+            lambda: t.MistralForCausalLM(
+                t.MistralConfig(**_decoder(num_key_value_heads=2), sliding_window=None)
+            ),
+            "text-generation-with-past",
+        ),
+        "gemma": (
+            lambda: t.GemmaForCausalLM(
+                t.GemmaConfig(**_decoder(num_key_value_heads=2), head_dim=8)
+            ),
+            "text-generation-with-past",
+        ),
+        "bart": (
+            lambda: t.BartForConditionalGeneration(
+                t.BartConfig(
+                    vocab_size=VOCAB,
+                    d_model=32,
+                    encoder_layers=2,
+                    decoder_layers=2,
+                    encoder_attention_heads=2,
+                    decoder_attention_heads=2,
+                    encoder_ffn_dim=64,
+                    decoder_ffn_dim=64,
+                    max_position_embeddings=64,
+                )
+            ),
+            "text2text-generation-with-past",
+        ),
+        "wav2vec2": (
+            # Its convolutional feature extractor takes 400 samples to 47 frames
+            # (feeds_for(length=400)).
+            lambda: t.Wav2Vec2ForCTC(
+                t.Wav2Vec2Config(
+                    vocab_size=32,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    intermediate_size=64,
+                    conv_dim=(16, 16),
+                    conv_stride=(4, 2),
+                    conv_kernel=(8, 4),
+                    num_conv_pos_embeddings=8,
+                    num_conv_pos_embedding_groups=4,
+                )
+            ),
+            "automatic-speech-recognition",
+        ),
         "clip": (
             lambda: t.CLIPModel(
                 t.CLIPConfig(
@@ -305,7 +382,25 @@ def vision_families() -> dict[str, Callable[[], Any]]:
         "ssdlite-detection": lambda: detection.ssdlite320_mobilenet_v3_large(
             weights=None, weights_backbone=None, num_classes=5
         ),
+        "deeplabv3-segmentation": lambda: segmentation.deeplabv3_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=4
+        ),
+        "fcn-resnet50-segmentation": lambda: segmentation.fcn_resnet50(
+            weights=None, weights_backbone=None, num_classes=4
+        ),
+        "fasterrcnn-detection": lambda: detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, num_classes=5
+        ),
+        "vit-tiny": lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=64),
+        "swin-tiny": lambda: timm.create_model("swin_tiny_patch4_window7_224", num_classes=10),
+        "mobilevit-xxs": lambda: timm.create_model("mobilevit_xxs", num_classes=10),
+        "efficientvit-b0": lambda: timm.create_model("efficientvit_b0", num_classes=10),
     }
+
+
+# Image sizes other than 64: Swin's windows tile 224; Faster R-CNN's transform resizes to 320
+# (at 320 it keeps the image as it is).
+VISION_SIZES = {"swin-tiny": 224, "fasterrcnn-detection": 320}
 
 
 def _lively(model: Any) -> Any:
@@ -346,21 +441,36 @@ def export_vision(family: str, folder: Path, size: int = 64) -> Path:
     return path
 
 
+def to_float16(source: Path, out: Path) -> Path:
+    """onnxconverter-common's float16 conversion, keeping float32 inputs and outputs (Casts
+    where they enter and leave), as its users write float16 vision models."""
+    from onnxconverter_common import float16
+
+    onnx.save(float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True), out)
+    return out
+
+
 # -- onnxruntime's transformer optimizer ------------------------------------------------------
 
 OPTIMIZER_TYPES = {"bert": "bert", "distilbert": "bert", "roberta": "bert", "gpt2": "gpt2"}
 
 
-def optimize(source: Path, model_type: str, level: int, fp16: bool, out: Path) -> Path:
+def optimize(
+    source: Path, model_type: str, level: int, fp16: bool, out: Path, multi_head: bool = False
+) -> Path:
     """onnxruntime.transformers.optimizer.optimize_model at `level` (and its float16
-    conversion, keeping float32 inputs and outputs), on the CPU."""
+    conversion, keeping float32 inputs and outputs), on the CPU; `multi_head` sets its
+    use_multi_head_attention option (MultiHeadAttention instead of Attention)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
+    fusions = FusionOptions(model_type)
+    fusions.use_multi_head_attention = multi_head
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = optimize_model(
             str(source), model_type=model_type, num_heads=2, hidden_size=32, opt_level=level,
-            use_gpu=False,
+            use_gpu=False, optimization_options=fusions,
         )  # fmt: skip
         if fp16:
             model.convert_float_to_float16(keep_io_types=True)
@@ -506,6 +616,8 @@ def main() -> None:
         store_golden("ortopt-bert-o99", optimized, feeds_for(optimized))
         half = optimize(bert, "bert", 99, True, root / "bert-o99-fp16.onnx")
         store_golden("ortopt-bert-o99-fp16", half, feeds_for(half))
+        heads = optimize(bert, "bert", 1, False, root / "bert-o1-mha.onnx", multi_head=True)
+        store_golden("ortopt-bert-o1-mha", heads, feeds_for(heads))
         for precision in ("fp32", "int4"):
             llama = export_genai("llama", precision, root)
             feeds = feeds_for(llama, past=4, length=1, padded=False)

@@ -129,7 +129,7 @@ class _Calibration(quantization.CalibrationDataReader):
 
 
 def _quantized(
-    tmp_path: Path, name: str, fmt: str = "dynamic", **options
+    tmp_path: Path, name: str, fmt: str = "dynamic", weights: str = "QInt8", **options
 ) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """The float model `name` quantized by quantize_dynamic, or by quantize_static in the
     QOperator or QDQ format (uint8 activations, int8 weights, 7 bits for the reason above)."""
@@ -147,7 +147,8 @@ def _quantized(
     else:
         quantization.quantize_static(
             source, target, _Calibration(shape), quant_format=quantization.QuantFormat[fmt],
-            activation_type=types.QUInt8, weight_type=types.QInt8, reduce_range=True, **options,
+            activation_type=types.QUInt8, weight_type=types[weights], reduce_range=True,
+            **options,
         )  # fmt: skip
     return onnx.load(target), shape
 
@@ -232,6 +233,30 @@ def test_quantize_static_models_match_onnxruntime(tmp_path, name: str, fmt: str)
     _compare_every_value(quantized, shape, lstm=False)
 
 
+CONTRIB_QDQ = {
+    "contrib_ops": {"weights": "QInt8", "extra_options": {"UseQDQContribOps": True}},
+    "int4_weights": {"weights": "QInt4"},  # before opset 21, ONNX's types lack int4
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CONTRIB_QDQ))
+def test_quantize_static_contrib_qdq_matches_onnxruntime(tmp_path, variant: str):
+    """quantize_static writes com.microsoft.QuantizeLinear/DequantizeLinear (ONNX's of opset
+    21) with UseQDQContribOps, or for int4 weights in an opset-20 model."""
+    quantized, shape = _quantized(tmp_path, "cnn", "QDQ", **CONTRIB_QDQ[variant])
+    contrib = {"com.microsoft.QuantizeLinear", "com.microsoft.DequantizeLinear"}
+    assert contrib <= _op_types(quantized), _op_types(quantized)
+    # ONNX's shape inference has no schema for them: their outputs are declared here (a
+    # quantized value has its zero point's type) so that every integer is compared.
+    zero_points = {t.name: t.data_type for t in quantized.graph.initializer}
+    quantized.graph.value_info.extend(
+        helper.make_tensor_value_info(node.output[0], zero_points[node.input[2]], None)
+        for node in quantized.graph.node
+        if node.op_type == "QuantizeLinear" and node.domain == "com.microsoft"
+    )
+    _compare_every_value(quantized, shape, lstm=False)
+
+
 FUSED_OPS = {
     ("bert", "dynamic"): {"com.microsoft.MatMulIntegerToFloat",
                           "com.microsoft.DynamicQuantizeMatMul"},
@@ -301,3 +326,104 @@ def test_dynamic_quantize_lstm_refuses_a_scale_of_the_wrong_shape(tmp_path):
         session.run(None, {"x": np.zeros((5, 2, 6), np.float32)})
     assert caught.value.kind == ErrorKind.INVALID_INPUT
     assert lstm.name in str(caught.value) and scale.name in str(caught.value)
+
+
+_TYPED_OUTPUTS = {
+    "DynamicQuantizeLinear": (TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8),
+    "MatMulInteger": (TensorProto.INT32,),
+    "QEmbedLayerNormalization": (TensorProto.FLOAT, TensorProto.INT32),
+    "QAttention": (TensorProto.FLOAT,),
+}
+
+
+@pytest.mark.parametrize("weights", ["QUInt8", "QInt8"])
+def test_quantized_optimized_bert_with_qembedlayernormalization(tmp_path, weights: str):
+    """quantize_dynamic on the transformer optimizer's BERT (the committed golden) writes
+    QEmbedLayerNormalization for its EmbedLayerNormalization, and QAttention: every integer
+    its quantized operators make equals onnxruntime's (optimisations off), the embedding within
+    1e-5 and the output within 1e-2. (The optimizer's contrib operators have no ONNX type
+    inference, so the quantizer is told their tensors are float32.)"""
+    golden = Path(__file__).parent / "models" / "real" / "ortopt-bert-o99"
+    target = tmp_path / "quantized.onnx"
+    logging.getLogger().setLevel(logging.ERROR)
+    quantization.quantize_dynamic(
+        golden.with_suffix(".onnx"), target, weight_type=quantization.QuantType[weights],
+        reduce_range=weights == "QInt8", extra_options={"DefaultTensorType": TensorProto.FLOAT},
+    )  # fmt: skip
+    model = onnx.load(target)
+    assert {"com.microsoft.QEmbedLayerNormalization", "com.microsoft.QAttention"} <= _op_types(
+        model
+    )
+    declared = {output.name for output in model.graph.output}
+    model.graph.output.extend(
+        helper.make_tensor_value_info(name, code, None)
+        for node in model.graph.node
+        for name, code in zip(node.output, _TYPED_OUTPUTS.get(node.op_type, ()), strict=False)
+        if name and name not in declared
+    )
+    with np.load(golden.with_suffix(".inputs.npz")) as stored:
+        feeds = {key: stored[key] for key in stored.files if ":" not in key}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model.SerializeToString()
+    reference = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    names = [output.name for output in reference.get_outputs()]
+    expected = dict(zip(names, reference.run(None, feeds), strict=True))
+    got = dict(zip(names, Session.load(data).run(None, feeds), strict=True))
+    integers = [name for name in names if expected[name].dtype.kind in "iu"]
+    assert len(integers) >= 20
+    for name in integers:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    embedding = next(n.output[0] for n in model.graph.node if n.op_type.startswith("QEmbed"))
+    np.testing.assert_allclose(got[embedding], expected[embedding], rtol=1e-5, atol=1e-5)
+    for name in declared:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-2, atol=1e-2)
+
+
+def test_qembedlayernormalization_refuses_a_scale_per_row(tmp_path):
+    golden = Path(__file__).parent / "models" / "real" / "ortopt-bert-o99.onnx"
+    target = tmp_path / "quantized.onnx"
+    logging.getLogger().setLevel(logging.ERROR)
+    default_type = {"DefaultTensorType": TensorProto.FLOAT}
+    quantization.quantize_dynamic(golden, target, weight_type=quantization.QuantType.QUInt8,
+                                  extra_options=default_type)  # fmt: skip
+    model = onnx.load(target)
+    node = next(n for n in model.graph.node if n.op_type == "QEmbedLayerNormalization")
+    scale = next(t for t in model.graph.initializer if t.name == node.input[8])
+    scale.CopyFrom(numpy_helper.from_array(np.ones(100, np.float32), scale.name))
+    session = Session.load(model.SerializeToString())
+    with np.load(golden.with_suffix(".inputs.npz")) as stored:
+        feeds = {key: stored[key] for key in stored.files if ":" not in key}
+    with pytest.raises(SessionError, match="per-tensor") as caught:
+        session.run(None, feeds)
+    assert caught.value.kind is ErrorKind.INVALID_INPUT
+    assert node.input[8] in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("block_size", "symmetric"), [(32, True), (16, False)], ids=["b32_symmetric", "b16_zero_points"]
+)
+def test_matmul_nbits_quantizer_output_matches_onnxruntime(block_size: int, symmetric: bool):
+    """onnxruntime.quantization's MatMulNBitsQuantizer (4-bit blockwise weights, with zero
+    points when asymmetric) on the committed optimum BERT: com.microsoft.MatMulNBits with
+    accuracy_level 0, where onnxruntime multiplies the dequantized weights in float32 too."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    golden = Path(__file__).parent / "models" / "real" / "optimum-bert"
+    logging.getLogger().setLevel(logging.ERROR)
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(golden.with_suffix(".onnx")), block_size=block_size, is_symmetric=symmetric
+    )
+    quantizer.process()
+    model = quantizer.model.model
+    assert sum(node.op_type == "MatMulNBits" for node in model.graph.node) >= 6
+    with np.load(golden.with_suffix(".inputs.npz")) as stored:
+        feeds = {key: stored[key] for key in stored.files if ":" not in key}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    data = model.SerializeToString()
+    expected = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    for got, want in zip(Session.load(data).run(None, feeds), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

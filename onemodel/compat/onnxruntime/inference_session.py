@@ -426,7 +426,10 @@ def _externalise(path: str, options: SessionOptions) -> None:
 def _onemodel_options(sess_options: Any, backend: str, explicit: bool) -> OnemodelOptions:
     if isinstance(sess_options, OnemodelOptions):
         return dataclasses.replace(sess_options, backend=backend) if explicit else sess_options
-    options = OnemodelOptions(backend=backend)
+    # onnxruntime's CPU provider computes float16 between operators in float32; on CUDA it
+    # has float16 kernels and rounds as ONNX types the values.
+    intermediates = "float32" if backend == "numpy" else "float16"
+    options = OnemodelOptions(backend=backend, float16_intermediates=intermediates)
     if sess_options is not None:
         options.intra_op_threads = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
         level = getattr(sess_options, "graph_optimization_level", _DEFAULT_LEVEL)

@@ -1,6 +1,7 @@
 """com.microsoft.EmbedLayerNormalization: BERT's embedding layer as onnxruntime's transformer
 optimizer fuses it (word + position + optional segment embedding, then layer normalization),
-with the optional mask index (per batch row, the number of mask entries equal to 1).
+with the optional mask index (per batch row, the number of mask entries equal to 1); and
+QEmbedLayerNormalization, the same on 8-bit tables, as quantize_dynamic writes it.
 
 Ids are int32 (the optimizer inserts the casts); position ids default to 0..S-1 and may be one
 row (1, S) shared by every batch row. The normalization is LayerNormalization's standardization
@@ -9,7 +10,8 @@ over the hidden axis, computed in float32 (float64 for double) and rounded once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from onemodel.graph.operators.base import (
@@ -24,6 +26,8 @@ from onemodel.graph.operators.base import (
 from onemodel.graph.operators.normalization import Standardization
 from onemodel.graph.operators.unary import FLOATS
 from onemodel.tensors import DType
+
+_EIGHT_BITS = frozenset({DType.INT8, DType.UINT8})
 
 INPUT_IDS, SEGMENT_IDS, WORDS, POSITIONS, SEGMENTS, GAMMA, BETA, MASK, POSITION_IDS = range(9)
 _IDS = (INPUT_IDS, SEGMENT_IDS, MASK, POSITION_IDS)
@@ -97,26 +101,33 @@ class EmbedLayerNormalization(Standardization):
         return specs[: len(node.outputs)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
         given = list(inputs) + [None] * (9 - len(inputs))
+        compute = ctx.xp.float64 if given[WORDS].dtype == ctx.xp.float64 else ctx.xp.float32
+
+        def rows(table: int, ids: Array, ids_index: int) -> Array:
+            return self._rows(ctx, given[table], ids, table, ids_index).astype(compute, copy=False)
+
+        self._embed(ctx, given, outputs, rows, given[GAMMA], given[BETA], compute)
+
+    def _embed(
+        self, ctx: RunContext, given: list[Array | None], outputs: Any,
+        rows: Callable[[int, Array, int], Array], gamma: Array, beta: Array, compute: Any,
+    ) -> None:  # fmt: skip
+        """The three outputs from `rows(table, ids, ids input)`, each table's rows in
+        `compute`."""
+        xp = ctx.xp
         ids = given[INPUT_IDS]
         sequence = ids.shape[1]
-        positions = given[POSITION_IDS]
+        positions = given[POSITION_IDS] if len(given) > POSITION_IDS else None
         if positions is None:
             positions = xp.arange(sequence, dtype=xp.int32).reshape(1, sequence)
-        compute = xp.float64 if given[WORDS].dtype == xp.float64 else xp.float32
-        total = self._rows(ctx, given[WORDS], ids, WORDS, INPUT_IDS, compute)
-        total = total + self._rows(ctx, given[POSITIONS], positions, POSITIONS, POSITION_IDS,
-                                   compute)  # fmt: skip
+        total = rows(WORDS, ids, INPUT_IDS) + rows(POSITIONS, positions, POSITION_IDS)
         if given[SEGMENT_IDS] is not None:
-            total += self._rows(ctx, given[SEGMENTS], given[SEGMENT_IDS], SEGMENTS, SEGMENT_IDS,
-                                compute)  # fmt: skip
+            total += rows(SEGMENTS, given[SEGMENT_IDS], SEGMENT_IDS)
         if len(outputs) > 2 and outputs[2] is not None:
             outputs[2][...] = total
         values, _, _ = self._standardize(xp, total, (-1,), self.epsilon, compute)
-        self._affine(
-            xp, values, given[GAMMA].astype(compute), given[BETA].astype(compute), outputs[0]
-        )
+        self._affine(xp, values, gamma.astype(compute), beta.astype(compute), outputs[0])
         if len(outputs) > 1 and outputs[1] is not None:
             mask = given[MASK]
             if mask is None:
@@ -124,22 +135,88 @@ class EmbedLayerNormalization(Standardization):
             else:
                 xp.sum(mask == 1, axis=1, dtype=xp.int32, out=outputs[1])
 
-    def _rows(
-        self, ctx: RunContext, table: Array, ids: Array, table_index: int, ids_index: int,
-        compute: Any,
-    ) -> Array:  # fmt: skip
-        """table[ids] in `compute`, refusing ids outside the table."""
+    def _rows(self, ctx: RunContext, table: Array, ids: Array, table_index: int,
+              ids_index: int) -> Array:  # fmt: skip
+        """table[ids], refusing ids outside the table."""
         rows = table.shape[0]
         outside = (ids < 0) | (ids >= rows)
         if bool(outside.any()):
             first = int(ctx.kernels.memory.to_host(ids[outside][:1])[0])
             name = self.node.inputs[ids_index] if ids_index < len(self.node.inputs) else ""
             raise self.node.bad_input(
-                f"EmbedLayerNormalization: id {first} is outside {_TABLES[table_index]} "
-                f"of {rows} rows",
+                f"{self.node.op_type}: id {first} is outside {_TABLES[table_index]} of {rows} rows",
                 name or self.node.inputs[INPUT_IDS],
             )
-        return ctx.xp.take(table, ids, axis=0).astype(compute, copy=False)
+        return ctx.xp.take(table, ids, axis=0)
 
 
-DEFS = (OpDef("EmbedLayerNormalization", 1, EmbedLayerNormalization, domain=MICROSOFT),)
+# QEmbedLayerNormalization's inputs after the quantized tables, gamma, beta and mask (0..7):
+# a float32 scale, then a zero point of the table's type, for each of the five.
+_QUANTIZED = (WORDS, POSITIONS, SEGMENTS, GAMMA, BETA)
+_SCALE = {index: 8 + k for k, index in enumerate(_QUANTIZED)}
+_ZERO = {index: 13 + k for k, index in enumerate(_QUANTIZED)}
+
+
+class QEmbedLayerNormalization(EmbedLayerNormalization):
+    """EmbedLayerNormalization on uint8/int8 tables, gamma and beta, each with one float32
+    scale and zero point, as quantize_dynamic writes it for the transformer optimizer's fused
+    embedding: every value dequantized in float32, (q − zero point) · scale (exact, then one
+    rounding), as onnxruntime's CPU kernel does; no position ids, two outputs."""
+
+    def infer(self, ctx: InferContext) -> list[TensorSpec]:
+        node = self.node
+        if len(ctx) != 18 or len(node.outputs) > 2:
+            raise node.invalid(
+                "QEmbedLayerNormalization: takes 18 inputs (ids, tables, gamma, beta, mask, "
+                "their scales and zero points) and makes at most 2 outputs",
+                node.inputs[0] if node.inputs else None,
+            )
+        for index in _QUANTIZED:
+            if index != SEGMENTS or ctx.has(index):
+                self.check_types(ctx, _EIGHT_BITS, index)
+                self.check_types(ctx, {DType.FLOAT}, _SCALE[index])
+                self._check_scalar(ctx, _SCALE[index])
+                if ctx.has(_ZERO[index]):
+                    self._check_scalar(ctx, _ZERO[index])
+                    if ctx.dtype(_ZERO[index]) != ctx.dtype(index):
+                        raise node.invalid(
+                            "QEmbedLayerNormalization: a zero point has its table's type",
+                            node.inputs[_ZERO[index]],
+                        )
+        # EmbedLayerNormalization's checks of shapes and ids, on the tables seen as float32.
+        specs = [
+            TensorSpec(DType.FLOAT, spec.shape) if index in _QUANTIZED and spec else spec
+            for index, spec in enumerate(ctx.specs[:8])
+        ]
+        return super().infer(InferContext(node, specs, [None] * 8))[:2]
+
+    def _check_scalar(self, ctx: InferContext, index: int) -> None:
+        if math.prod(ctx.shape(index)) != 1:
+            raise self.node.bad_input(
+                f"QEmbedLayerNormalization: input {index} of shape {ctx.shape(index)} is not "
+                "one value (per-tensor quantization)",
+                self.node.inputs[index],
+            )
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        xp = ctx.xp
+        given = list(inputs[:8])
+
+        def dequantized(index: int, values: Array) -> Array:
+            zero = inputs[_ZERO[index]]
+            shifted = values.astype(xp.float32)
+            if zero is not None:
+                shifted -= zero.reshape(()).astype(xp.float32)
+            return shifted * inputs[_SCALE[index]].reshape(()).astype(xp.float32)
+
+        def rows(table: int, ids: Array, ids_index: int) -> Array:
+            return dequantized(table, self._rows(ctx, given[table], ids, table, ids_index))
+
+        gamma, beta = dequantized(GAMMA, given[GAMMA]), dequantized(BETA, given[BETA])
+        self._embed(ctx, given, outputs, rows, gamma, beta, xp.float32)
+
+
+DEFS = (
+    OpDef("EmbedLayerNormalization", 1, EmbedLayerNormalization, domain=MICROSOFT),
+    OpDef("QEmbedLayerNormalization", 1, QEmbedLayerNormalization, domain=MICROSOFT),
+)

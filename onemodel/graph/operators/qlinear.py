@@ -32,6 +32,7 @@ step's h to uint8 for an integer product, so the two differ by that activation r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -52,7 +53,13 @@ from onemodel.graph.operators.broadcast import multidirectional
 from onemodel.graph.operators.contrib import ContribAttention
 from onemodel.graph.operators.matmul import gemm_shape, matmul_shape
 from onemodel.graph.operators.pooling import AveragePoolOp
-from onemodel.graph.operators.quantize import QuantizedOperator, QuantizedProduct, encode
+from onemodel.graph.operators.quantize import (
+    DequantizeLinearOp,
+    QuantizedOperator,
+    QuantizedProduct,
+    QuantizeLinearOp,
+    encode,
+)
 from onemodel.graph.operators.recurrent import LSTMOp
 from onemodel.tensors import DType, onnx_code_for_numpy
 
@@ -621,7 +628,29 @@ class DynamicQuantizeLSTMOp(LSTMOp):
         return given
 
 
+# com.microsoft's QuantizeLinear and DequantizeLinear carry ONNX's as they are from opset 21
+# (8-, 16- and 4-bit integers, float16 or float32 scales, `axis`): quantize_static writes them
+# with UseQDQContribOps, or for int4 weights in a model of an opset before 21.
+CONTRIB_QDQ_OPSET = 21
+
+
+class ContribQuantizeLinearOp(QuantizeLinearOp):
+    """com.microsoft.QuantizeLinear: ONNX's QuantizeLinear of opset 21."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(dataclasses.replace(node, opset=CONTRIB_QDQ_OPSET))
+
+
+class ContribDequantizeLinearOp(DequantizeLinearOp):
+    """com.microsoft.DequantizeLinear: ONNX's DequantizeLinear of opset 21."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(dataclasses.replace(node, opset=CONTRIB_QDQ_OPSET))
+
+
 DEFS: tuple[OpDef, ...] = (
+    OpDef("QuantizeLinear", 1, ContribQuantizeLinearOp, domain=MICROSOFT),
+    OpDef("DequantizeLinear", 1, ContribDequantizeLinearOp, domain=MICROSOFT),
     OpDef("DynamicQuantizeLSTM", 1, DynamicQuantizeLSTMOp, domain=MICROSOFT),
     OpDef("QLinearAdd", 1, QLinearAddOp, domain=MICROSOFT),
     OpDef("QLinearMul", 1, QLinearMulOp, domain=MICROSOFT),
