@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import onnx
 
 from onemodel.errors import ErrorKind, SessionError
-from onemodel.graph import ir
+from onemodel.graph import ir, onnx_arity
 from onemodel.graph.gradient import expand_gradients, has_gradients
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
@@ -340,12 +339,8 @@ def _check_arity(node: ir.Node, opset: int) -> None:
 @functools.cache
 def _arity_limits(op_type: str, opset: int, domain: str) -> tuple[int, int] | None:
     """ONNX's most inputs and outputs for an operator, looked up once per type and opset (a
-    schema look-up costs microseconds, and a large graph repeats a few types many times)."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
-    return schema.max_input, schema.max_output
+    large graph repeats a few types many times)."""
+    return onnx_arity.arity_limits(domain, op_type, opset)
 
 
 def _label(node: ir.Node, opset: int) -> str:
