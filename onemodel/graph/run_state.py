@@ -1,5 +1,7 @@
 """RunState: the mutable half of a run (seed 000 §1 and §5): a slab and the arrays over it,
-and an arena for the values of dynamic steps and kernels' scratch, reset at every run start.
+and the scratch of kernels and the values of dynamic steps (RunContext.scratch), reclaimed at
+every run start: arrays kept from the previous run in checked-free runs, a poisoned arena in
+checked ones.
 
 A plan's run states are pooled (at most 8 idle), so concurrent runs of one plan share weights
 and schedule but nothing mutable, and a warm run allocates no new array data besides its
@@ -110,9 +112,10 @@ class RunState:
             table[value_id] = self._view(offset, spec)
         table.append(None)  # the slot ABSENT (−1) reads
         self.base_table = table
-        self.arena = Arena(BufferPool(memory, checked=checked))
+        # Checked runs take scratch from a poisoned arena; others keep it from run to run.
+        arena = Arena(BufferPool(memory, checked=True)) if checked else None
         self.empty = plan.graph.kernels.xp.empty
-        self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, self.arena)
+        self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, arena, keeps_scratch=True)
         calls = (prepared or Prepared(plan)).calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
         self.steps: list[_Step] = []
@@ -160,7 +163,7 @@ class RunState:
         ctx = self.ctx
         ctx.guard = guard
         ctx.observer = None
-        self.arena.reset()
+        ctx.begin_run()
         table = self.base_table.copy()
         for value_id, array in inputs.items():
             table[value_id] = array
