@@ -78,6 +78,7 @@ class CompiledGraph:
         self.opsets = model.opsets
         self._guard = guard  # checked between operators while compiling (cancellation)
         self.bodies = bodies
+        self.level = level  # bodies (If, Loop, Scan) are optimised as their graph is
         self.names: list[str] = []
         self._ids: dict[str, int] = {}
         live_nodes = _live_nodes(graph)

@@ -153,13 +153,19 @@ class GraphExecutor:
 
 
 def compile_body(parent: CompiledGraph, body: ir.Graph) -> GraphExecutor:
-    """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the
-    outer values it reads become extra inputs after its declared ones."""
+    """A subgraph as a nested executor of the same backend, mode and optimisation level (seed
+    000 §8; a body's passes fuse and fold as the graph's do): the outer values it reads become
+    extra inputs after its declared ones."""
     captured = tuple(ir.ValueInfo(name) for name in body.outer_names)
     graph = dataclasses.replace(body, inputs=(*body.inputs, *captured))
     model = ir.Model(graph=graph, opsets=parent.opsets)
     nested = CompiledGraph(
-        model, parent.kernels, exact=parent.exact, checked=parent.checked, bodies=compile_body
+        model,
+        parent.kernels,
+        exact=parent.exact,
+        checked=parent.checked,
+        level=parent.level,
+        bodies=compile_body,
     )
     executor = GraphExecutor(nested, checked=parent.checked)
     executor.declared_inputs = len(body.inputs)
