@@ -48,7 +48,8 @@ class Prepared:
             call = operator.run
             if isinstance(operator, PreparesConstants) and step.kind is StepKind.STATIC:
                 constants = [None if i == ABSENT else plan.constants[i] for i in step.inputs]
-                prepared = operator.prepare(ctx, constants)
+                specs = [None if i == ABSENT else plan.specs[i] for i in step.inputs]
+                prepared = operator.prepare_for_plan(ctx, constants, specs)
                 if prepared is not None:
                     call = functools.partial(_run_prepared, operator.run_prepared, prepared)
             self.calls.append(call)

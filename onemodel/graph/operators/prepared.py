@@ -2,10 +2,11 @@
 
 A convolution multiplies its weights as a (groups, M/groups, C/groups·ΠK) matrix; reshaping and
 copying a constant W into that form in every run would cost as much as some of the work. Such an
-operator subclasses `PreparesConstants`: the run loop calls `prepare` once per plan with the
-inputs known at plan time (None for the others) and hands what it returned to `run_prepared` in
-every run. Plans are shared by concurrent runs, so a prepared value is never written after
-`prepare` returns. `run` (plan-time folding, any other caller) prepares from the inputs at hand.
+operator subclasses `PreparesConstants`: the run loop calls `prepare_for_plan` once per plan with
+the inputs known at plan time (None for the others) and their specs, which calls `prepare`
+unless the operator settles more per plan, and hands what it returned to `run_prepared` in every
+run. Plans are shared by concurrent runs, so a prepared value is never written after `prepare`
+returns. `run` (plan-time folding, any other caller) prepares from the inputs at hand.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from onemodel.graph.operators.base import Array, Operator, RunContext
+from onemodel.graph.operators.base import Array, Operator, RunContext, TensorSpec
 
 
 class PreparesConstants(Operator):
@@ -23,6 +24,16 @@ class PreparesConstants(Operator):
         """What `run_prepared` needs from the inputs in `constants` (None: not a constant);
         None when nothing can be prepared."""
         return None
+
+    def prepare_for_plan(
+        self,
+        ctx: RunContext,
+        constants: Sequence[Array | None],
+        specs: Sequence[TensorSpec | None],
+    ) -> Any:
+        """`prepare` as a plan calls it, also given every input's spec (None: absent), for an
+        operator that can settle more once per plan (a fused chain's layout)."""
+        return self.prepare(ctx, constants)
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> Any:
         return self.run_prepared(ctx, self.prepare(ctx, inputs), inputs, outputs)
