@@ -161,3 +161,16 @@ def test_bodies_are_optimised_at_their_graph_s_level(level):
     (body_plan,) = plan.steps[0].node.operator.loop_body.plans()
     labels = [step.label for step in body_plan.steps if step.node.info.op_type != "Identity"]
     assert labels == (["fused(Mul+Add)"] if level else ["Mul", "Add"])
+
+
+def test_an_if_s_result_is_handed_out_without_a_copy_and_outlives_later_runs():
+    """The branch's run returns an array nothing else holds, so the graph output is that array
+    (no second copy); a later run, of either branch, leaves it as it was."""
+    s = session(if_model("input"))
+    (kept,) = s.run(None, {"x": X2, "c": np.array(True)})
+    (plan,) = s.plans()
+    assert plan.output_ids[0] in plan.fresh_outputs
+    for condition in (True, False, True):
+        (later,) = s.run(None, {"x": X2 + 1, "c": np.array(condition)})
+        assert later is not kept and not np.shares_memory(later, kept)
+    np.testing.assert_array_equal(kept, X2 * X2 + 0.5)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onemodel.backends.fp_errors import in_run, run_scope
@@ -147,13 +147,23 @@ class RunState:
         step: (node name, op type, perf_counter start, seconds, input shapes or None).
         `scope` (a body's node name and profile label) prefixes a body's rows."""
         if in_run():  # a body inside its node's run: NumPy's error state is set already
-            return self._run(inputs, outputs, profile, guard, trace, scope)
+            return self._run(inputs.items(), outputs, profile, guard, trace, scope)
         with run_scope():
-            return self._run(inputs, outputs, profile, guard, trace, scope)
+            return self._run(inputs.items(), outputs, profile, guard, trace, scope)
+
+    def run_nested(self, inputs: Iterable[tuple[int, Any]], parent: RunContext) -> list[Any]:
+        """Run a body from inside its node's run (`parent`, the node's context): NumPy's error
+        state is set already; the node's guard applies, and a profiled or traced run adds the
+        body's rows under the node's name and label."""
+        observer = parent.observer
+        if observer is None:
+            return self._run(inputs, None, None, parent.guard, None, None)
+        profile, trace, name, label = observer
+        return self._run(inputs, None, profile, parent.guard, trace, (name, label))
 
     def _run(
         self,
-        inputs: Mapping[int, Any],
+        inputs: Iterable[tuple[int, Any]],
         outputs: Mapping[int, Any] | None,
         profile: dict[str, list[float]] | None,
         guard: Any,
@@ -166,7 +176,7 @@ class RunState:
         ctx.observer = None
         ctx.begin_run()
         table = self.base_table.copy()
-        for value_id, array in inputs.items():
+        for value_id, array in inputs:
             table[value_id] = array
         given = outputs or {}
         if guard is None and profile is None and trace is None and self.plain:

@@ -285,6 +285,10 @@ class Operator:
     in_place_input: ClassVar[int | None] = None
     view_of_input: ClassVar[int | None] = None
     outputs_data_dependent: ClassVar[bool] = False
+    # A data-dependent operator whose returned arrays are new and referenced nowhere else (If:
+    # its branch's run hands back fresh or copied arrays), so a graph output may be given to
+    # the caller without another copy.
+    owns_results: ClassVar[bool] = False
     # False: never folded into a constant, even when all inputs are constants. Random
     # generators must draw anew in each run; Widen exists to keep a weight narrow until use.
     foldable: ClassVar[bool] = True
