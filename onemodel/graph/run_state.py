@@ -10,7 +10,6 @@ outputs and the values of dynamic steps.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +19,7 @@ from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
-from onemodel.graph.operators.prepared import PreparesConstants
+from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.graph.plan import ExecutionPlan, StepKind
 from onemodel.graph.values import (
     ABSENT,
@@ -51,12 +50,8 @@ class Prepared:
                 specs = [None if i == ABSENT else plan.specs[i] for i in step.inputs]
                 prepared = operator.prepare_for_plan(ctx, constants, specs)
                 if prepared is not None:
-                    call = functools.partial(_run_prepared, operator.run_prepared, prepared)
+                    call = prepared_call(operator, prepared)
             self.calls.append(call)
-
-
-def _run_prepared(run_prepared: Any, prepared: Any, ctx: Any, ins: Any, outs: Any) -> Any:
-    return run_prepared(ctx, prepared, ins, outs)
 
 
 class _Step:

@@ -14,7 +14,6 @@ so it has no entry in the operator table.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.prepared import PreparesConstants
+from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.tensors import onnx_code_for_numpy
 
 PREVIOUS = -1  # a member input that is the previous member's result
@@ -134,7 +133,7 @@ class Fused(PreparesConstants):
             scratch = None if into_out else (spec.shape, spec.numpy_dtype)
             call = member.operator.run
             if index == 0 and prepared is not None:
-                call = functools.partial(_run_prepared, member.operator.run_prepared, prepared)  # type: ignore[attr-defined]
+                call = prepared_call(member.operator, prepared)  # type: ignore[arg-type]
             links.append((call, member.sources, scratch))
         operands = () if tail is None else tuple(tail.source.operands)
         return Chain(tuple(links), tail, operands)
@@ -172,10 +171,6 @@ class Chain:
         if self.tail is not None:
             operands = [inputs[i] for i in self.tail_operands]
             ctx.kernels.run_elementwise_chain(self.tail.source, previous, operands, out)
-
-
-def _run_prepared(run_prepared: Any, prepared: Any, ctx: Any, ins: Any, outs: Any) -> Any:
-    return run_prepared(ctx, prepared, ins, outs)
 
 
 def _signature(specs: Sequence[TensorSpec | None]) -> tuple:

@@ -11,7 +11,8 @@ returns. `run` (plan-time folding, any other caller) prepares from the inputs at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from onemodel.graph.operators.base import Array, Operator, RunContext, TensorSpec
@@ -43,3 +44,13 @@ class PreparesConstants(Operator):
     ) -> Any:
         """`run`, given what `prepare` returned (None: compute what it would have)."""
         raise NotImplementedError
+
+
+def prepared_call(operator: PreparesConstants, prepared: Any) -> Callable[..., Any]:
+    """`operator.run_prepared` with `prepared` bound, called as `run` is: (ctx, inputs,
+    outputs)."""
+    return functools.partial(_run_prepared, operator.run_prepared, prepared)
+
+
+def _run_prepared(run_prepared: Any, prepared: Any, ctx: Any, ins: Any, outs: Any) -> Any:
+    return run_prepared(ctx, prepared, ins, outs)
