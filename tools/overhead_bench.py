@@ -55,7 +55,7 @@ def _least_us(calls: dict[str, Callable[[], object]], batch: int, batches: int) 
     return best
 
 
-def cold(repeats: int = 9) -> None:
+def cold(repeats: int | str = 9) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     feeds = "{'input': np.zeros((8, 32), np.float32)}"
     commands = {
@@ -69,7 +69,7 @@ def cold(repeats: int = 9) -> None:
     }
     wall: dict[str, list[float]] = {name: [] for name in commands}
     cpu: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(repeats):
+    for _ in range(int(repeats)):
         for name, code in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
@@ -202,7 +202,7 @@ def body() -> None:
     )
 
 
-def vad(rounds: int = 7, runs: int = 1000) -> None:
+def vad(rounds: int | str = 7, runs: int = 1000) -> None:
     from onemodel.bench_graphs import GENERATED, ensure, vad_stream_inputs
 
     path = str(ensure("vad_stream", GENERATED))
@@ -211,7 +211,7 @@ def vad(rounds: int = 7, runs: int = 1000) -> None:
         "onnxruntime": _onnxruntime(path),
     }
     per_run: dict[str, list[float]] = {name: [] for name in sessions}
-    for _ in range(rounds):
+    for _ in range(int(rounds)):
         for name, session in sessions.items():
             feeds = vad_stream_inputs()
             started = time.thread_time()
@@ -223,7 +223,7 @@ def vad(rounds: int = 7, runs: int = 1000) -> None:
           f"ratio {mine / theirs:.2f}")  # fmt: skip
 
 
-def big(name: str, repeats: int = 2) -> None:
+def big(name: str, repeats: int | str = 2) -> None:
     from onemodel.bench_graphs import GENERATED, ensure
 
     path = str(ensure(name, GENERATED))
@@ -233,7 +233,7 @@ def big(name: str, repeats: int = 2) -> None:
         "onnxruntime": lambda: _onnxruntime(path),
     }
     totals: dict[str, list[float]] = {n: [] for n in makers}
-    for _ in range(repeats):
+    for _ in range(int(repeats)):
         for engine, make in makers.items():
             started = time.perf_counter()
             make().run(None, feeds)
