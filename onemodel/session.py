@@ -32,7 +32,6 @@ from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.importer import ModelSource, load_model
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.passes.base import OptimizationLevel
-from onemodel.graph.passes.export import optimized_model
 from onemodel.graph.plan import ExecutionPlan
 from onemodel.graph.values import signature_of
 from onemodel.graph.weights import WeightStorage
@@ -125,6 +124,8 @@ class Session:
                 bodies=compile_body,
             )
         if options.optimized_model_path:
+            from onemodel.graph.passes.export import optimized_model  # ~10 ms: only when asked
+
             onnx.save(optimized_model(self._graph, model), options.optimized_model_path)
         self._executor = GraphExecutor(
             self._graph,

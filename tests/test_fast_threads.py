@@ -7,11 +7,16 @@ Exact mode's thread-count independence is tested in test_exact_determinism.py.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onemodel import Session, SessionOptions
+from onemodel.backends.numpy_cpu.threads import THREAD_VARIABLES
 from onemodel.graph.importer import model_from_proto
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
@@ -90,3 +95,19 @@ def test_the_onnxruntime_drop_in_honours_intra_op_num_threads(options_from: str)
         session.run(None, {"x": x})
         if _blas_threads():
             assert _blas_threads() == {threads}
+
+
+def test_the_blas_starts_with_the_count_all_cores_asks_for() -> None:
+    """A session asking for all cores (intra_op_threads=0) leaves the BLAS alone when no
+    thread variable is set, on the premise that it then starts with one thread per core."""
+    code = (
+        "import numpy, threadpoolctl;"
+        "from onemodel.backends.numpy_cpu.threads import start_up_count;"
+        "print(start_up_count(), sorted({i['num_threads'] for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split(maxsplit=1)
+    assert output[1].strip() in ("[]", f"[{output[0]}]")

@@ -147,3 +147,30 @@ def test_loop_bodies_reuse_one_plan_and_profile_their_nodes_per_iteration():
     assert [r[0] for r in trace].count("repeat/double") == 3
     (plan,) = s.plans()
     assert plan.steps[0].node.operator.loop_body.plan_count() == 1
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_bodies_are_optimised_at_their_graph_s_level(level):
+    """A Loop body's Mul then Add fuse into one step when the session optimises (a body's
+    passes are its graph's), and the result is the same either way."""
+    s = Session.create(model_from_proto(_loop_model()), SessionOptions(optimization_level=level))
+    s0, x = np.ones(3, np.float32), np.arange(3, dtype=np.float32)
+    (result,) = s.run(None, {"n": np.array(3, np.int64), "s0": s0, "x": x})
+    np.testing.assert_array_equal(result, ((s0 * 2 + x) * 2 + x) * 2 + x)
+    (plan,) = s.plans()
+    (body_plan,) = plan.steps[0].node.operator.loop_body.plans()
+    labels = [step.label for step in body_plan.steps if step.node.info.op_type != "Identity"]
+    assert labels == (["fused(Mul+Add)"] if level else ["Mul", "Add"])
+
+
+def test_an_if_s_result_is_handed_out_without_a_copy_and_outlives_later_runs():
+    """The branch's run returns an array nothing else holds, so the graph output is that array
+    (no second copy); a later run, of either branch, leaves it as it was."""
+    s = session(if_model("input"))
+    (kept,) = s.run(None, {"x": X2, "c": np.array(True)})
+    (plan,) = s.plans()
+    assert plan.output_ids[0] in plan.fresh_outputs
+    for condition in (True, False, True):
+        (later,) = s.run(None, {"x": X2 + 1, "c": np.array(condition)})
+        assert later is not kept and not np.shares_memory(later, kept)
+    np.testing.assert_array_equal(kept, X2 * X2 + 0.5)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import onnx
 
 from onemodel.errors import ErrorKind, SessionError
-from onemodel.graph import ir
+from onemodel.graph import ir, onnx_arity
+from onemodel.graph.common_subexpressions import without_common_subexpressions
 from onemodel.graph.gradient import expand_gradients, has_gradients
 from onemodel.graph.operators import optable
 from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
@@ -79,9 +79,13 @@ class CompiledGraph:
         self.opsets = model.opsets
         self._guard = guard  # checked between operators while compiling (cancellation)
         self.bodies = bodies
+        self.level = level  # bodies (If, Loop, Scan) are optimised as their graph is
         self.names: list[str] = []
         self._ids: dict[str, int] = {}
-        live_nodes = _live_nodes(graph)
+        nodes = graph.nodes
+        if level > OptimizationLevel.NONE:
+            nodes = without_common_subexpressions(nodes, graph, _purity(model))
+        live_nodes = _live_nodes(graph, nodes)
         self.nodes = self._resolve(model, live_nodes)
         self._check_exact()
         defaults = set(graph.input_defaults)
@@ -289,11 +293,34 @@ def _meta(info: ir.ValueInfo) -> ValueMeta:
     return ValueMeta(info.name, inner.elem_type, inner.dims, value_type.kind, contents)
 
 
-def _live_nodes(graph: ir.Graph) -> list[ir.Node]:
-    """The nodes with a path to a graph output, in graph order (seed 000 §3, step 3)."""
+def _purity(model: ir.Model) -> Callable[[ir.Node], bool]:
+    """Whether a node's results are a function of its inputs and attributes alone: its
+    operator class is foldable and not data-dependent (unknown operators are not)."""
+
+    known: dict[tuple[str, str], bool] = {}
+
+    def pure(node: ir.Node) -> bool:
+        key = (node.domain, node.op_type)
+        answer = known.get(key)
+        if answer is None:
+            opset = model.opset_for(node.domain)
+            found = None if opset is None else optable.resolve(node.domain, node.op_type, opset)
+            factory = None if found is None else found.factory
+            answer = known[key] = (
+                isinstance(factory, type)
+                and factory.foldable
+                and not factory.outputs_data_dependent
+            )
+        return answer
+
+    return pure
+
+
+def _live_nodes(graph: ir.Graph, nodes: Sequence[ir.Node]) -> list[ir.Node]:
+    """The `nodes` of `graph` with a path to a graph output, in order (seed 000 §3, step 3)."""
     needed = {info.name for info in graph.outputs}
     live = []
-    for node in reversed(graph.nodes):
+    for node in reversed(nodes):
         if any(name in needed for name in node.outputs if name):
             live.append(node)
             needed.update(name for name in node.inputs if name)
@@ -340,12 +367,8 @@ def _check_arity(node: ir.Node, opset: int) -> None:
 @functools.cache
 def _arity_limits(op_type: str, opset: int, domain: str) -> tuple[int, int] | None:
     """ONNX's most inputs and outputs for an operator, looked up once per type and opset (a
-    schema look-up costs microseconds, and a large graph repeats a few types many times)."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
-    return schema.max_input, schema.max_output
+    large graph repeats a few types many times)."""
+    return onnx_arity.arity_limits(domain, op_type, opset)
 
 
 def _label(node: ir.Node, opset: int) -> str:

@@ -106,7 +106,6 @@ class GraphExecutor:
         profile: dict[str, list[float]] | None = None,
         guard: Any = None,
         trace: list[tuple] | None = None,
-        scope: tuple[str, str] | None = None,
     ) -> list[Any]:
         """Run a plan of this executor (from `plan` or `entry`) in a pooled run state."""
         pool = entry[1]
@@ -114,24 +113,27 @@ class GraphExecutor:
             self.graph.kernels.use_threads(self.threads)
         state = pool.take()
         try:
-            return state.run(arrays, targets, profile, guard, trace, scope)
+            return state.run(arrays, targets, profile, guard, trace)
         finally:
             pool.give(state)
 
     def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
         """Run a body with its inputs by position, from inside its node's run (`ctx`): the
         node's guard, and its profile and trace rows under the node's name."""
-        if any(value is None or isinstance(value, list) for value in values):
+        try:  # tensors: their dtypes and shapes fix the signature
+            key = tuple([(value.dtype, value.shape) for value in values])
+        except AttributeError:  # None (an absent optional) or a list (a sequence)
             entry = self.plan(tuple(signature_of(value) for value in values))
-        else:  # tensors: their dtypes and shapes fix the signature
-            key = tuple((value.dtype, value.shape) for value in values)
-            entry = self.entry(key, lambda: tuple(signature_of(value) for value in values))
-        arrays = dict(zip(self.graph.input_ids, values, strict=True))
-        observer = ctx.observer
-        if observer is None:
-            return self.run_entry(entry, arrays, guard=ctx.guard)
-        profile, trace, name, label = observer
-        return self.run_entry(entry, arrays, None, profile, ctx.guard, trace, (name, label))
+        else:
+            entry = self._by_key.get(key)
+            if entry is None:
+                entry = self.entry(key, lambda: tuple(signature_of(value) for value in values))
+        pool = entry[1]
+        state = pool.take()
+        try:
+            return state.run_nested(zip(self.graph.input_ids, values, strict=True), ctx)
+        finally:
+            pool.give(state)
 
     def run_named(self, feeds: Mapping[str, Any], guard: Any = None) -> list[Any]:
         """Run a body: inputs by name, typed by the arrays themselves (bodies may be untyped)."""
@@ -153,13 +155,19 @@ class GraphExecutor:
 
 
 def compile_body(parent: CompiledGraph, body: ir.Graph) -> GraphExecutor:
-    """A subgraph as a nested executor of the same backend and mode (seed 000 §8): the
-    outer values it reads become extra inputs after its declared ones."""
+    """A subgraph as a nested executor of the same backend, mode and optimisation level (seed
+    000 §8; a body's passes fuse and fold as the graph's do): the outer values it reads become
+    extra inputs after its declared ones."""
     captured = tuple(ir.ValueInfo(name) for name in body.outer_names)
     graph = dataclasses.replace(body, inputs=(*body.inputs, *captured))
     model = ir.Model(graph=graph, opsets=parent.opsets)
     nested = CompiledGraph(
-        model, parent.kernels, exact=parent.exact, checked=parent.checked, bodies=compile_body
+        model,
+        parent.kernels,
+        exact=parent.exact,
+        checked=parent.checked,
+        level=parent.level,
+        bodies=compile_body,
     )
     executor = GraphExecutor(nested, checked=parent.checked)
     executor.declared_inputs = len(body.inputs)

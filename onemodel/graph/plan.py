@@ -79,8 +79,15 @@ class ExecutionPlan:
         self.names = [*graph.names, *self._extra_names]
         self.output_ids = graph.output_ids
         self.memory = self._plan_memory()
-        # Graph outputs a static step writes into a new array each run: the caller may keep them.
-        self.fresh_outputs = self.per_run & set(self.output_ids)
+        # Graph outputs a static step writes into a new array each run, or that a step whose
+        # operator owns its results returns: the caller may keep them without a copy.
+        owned = {
+            value_id
+            for step in self.steps
+            if step.kind is StepKind.DYNAMIC and step.node.operator.owns_results
+            for value_id in step.outputs
+        }
+        self.fresh_outputs = (self.per_run | owned) & set(self.output_ids)
 
     # -- seeding -------------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """RunState: the mutable half of a run (seed 000 §1 and §5): a slab and the arrays over it,
-and an arena for the values of dynamic steps and kernels' scratch, reset at every run start.
+and the scratch of kernels and the values of dynamic steps (RunContext.scratch), reclaimed at
+every run start: arrays kept from the previous run in checked-free runs, a poisoned arena in
+checked ones.
 
 A plan's run states are pooled (at most 8 idle), so concurrent runs of one plan share weights
 and schedule but nothing mutable, and a warm run allocates no new array data besides its
@@ -8,17 +10,16 @@ outputs and the values of dynamic steps.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
-from onemodel.graph.operators.prepared import PreparesConstants
+from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.graph.plan import ExecutionPlan, StepKind
 from onemodel.graph.values import (
     ABSENT,
@@ -46,14 +47,11 @@ class Prepared:
             call = operator.run
             if isinstance(operator, PreparesConstants) and step.kind is StepKind.STATIC:
                 constants = [None if i == ABSENT else plan.constants[i] for i in step.inputs]
-                prepared = operator.prepare(ctx, constants)
+                specs = [None if i == ABSENT else plan.specs[i] for i in step.inputs]
+                prepared = operator.prepare_for_plan(ctx, constants, specs)
                 if prepared is not None:
-                    call = functools.partial(_run_prepared, operator.run_prepared, prepared)
+                    call = prepared_call(operator, prepared)
             self.calls.append(call)
-
-
-def _run_prepared(run_prepared: Any, prepared: Any, ctx: Any, ins: Any, outs: Any) -> Any:
-    return run_prepared(ctx, prepared, ins, outs)
 
 
 class _Step:
@@ -110,9 +108,10 @@ class RunState:
             table[value_id] = self._view(offset, spec)
         table.append(None)  # the slot ABSENT (−1) reads
         self.base_table = table
-        self.arena = Arena(BufferPool(memory, checked=checked))
+        # Checked runs take scratch from a poisoned arena; others keep it from run to run.
+        arena = Arena(BufferPool(memory, checked=True)) if checked else None
         self.empty = plan.graph.kernels.xp.empty
-        self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, self.arena)
+        self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, arena, keeps_scratch=True)
         calls = (prepared or Prepared(plan)).calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
         self.steps: list[_Step] = []
@@ -143,13 +142,23 @@ class RunState:
         step: (node name, op type, perf_counter start, seconds, input shapes or None).
         `scope` (a body's node name and profile label) prefixes a body's rows."""
         if in_run():  # a body inside its node's run: NumPy's error state is set already
-            return self._run(inputs, outputs, profile, guard, trace, scope)
+            return self._run(inputs.items(), outputs, profile, guard, trace, scope)
         with run_scope():
-            return self._run(inputs, outputs, profile, guard, trace, scope)
+            return self._run(inputs.items(), outputs, profile, guard, trace, scope)
+
+    def run_nested(self, inputs: Iterable[tuple[int, Any]], parent: RunContext) -> list[Any]:
+        """Run a body from inside its node's run (`parent`, the node's context): NumPy's error
+        state is set already; the node's guard applies, and a profiled or traced run adds the
+        body's rows under the node's name and label."""
+        observer = parent.observer
+        if observer is None:
+            return self._run(inputs, None, None, parent.guard, None, None)
+        profile, trace, name, label = observer
+        return self._run(inputs, None, profile, parent.guard, trace, (name, label))
 
     def _run(
         self,
-        inputs: Mapping[int, Any],
+        inputs: Iterable[tuple[int, Any]],
         outputs: Mapping[int, Any] | None,
         profile: dict[str, list[float]] | None,
         guard: Any,
@@ -160,9 +169,9 @@ class RunState:
         ctx = self.ctx
         ctx.guard = guard
         ctx.observer = None
-        self.arena.reset()
+        ctx.begin_run()
         table = self.base_table.copy()
-        for value_id, array in inputs.items():
+        for value_id, array in inputs:
             table[value_id] = array
         given = outputs or {}
         if guard is None and profile is None and trace is None and self.plain:

@@ -27,19 +27,39 @@ def all_cores() -> int:
         return os.cpu_count() or 1
 
 
+# Environment variables a BLAS reads for its start-up thread count.
+THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+)
+
+
+def start_up_count() -> int | None:
+    """The thread count the BLAS started with, when known without asking it: with none of
+    `THREAD_VARIABLES` set, one per core this process may run on (what OpenBLAS takes from
+    the affinity mask). Knowing it lets a session that asks for all cores (the default) leave
+    threadpoolctl unimported: finding the libraries costs ~13 ms of a cold start."""
+    if any(os.environ.get(name) for name in THREAD_VARIABLES):
+        return None
+    return all_cores()
+
+
 class BlasThreads:
     """The process's BLAS libraries, found once, and the thread count last given to them."""
 
     def __init__(self) -> None:
         self._libraries: list[Any] | None = None
         self._lock = threading.Lock()
-        self.count: int | None = None
+        self.count: int | None = start_up_count()
 
     def _found(self) -> list[Any]:
         if self._libraries is None:
             with self._lock:
                 if self._libraries is None:
-                    from threadpoolctl import ThreadpoolController  # ~0.3 ms: only when needed
+                    from threadpoolctl import ThreadpoolController  # ~13 ms: only when needed
 
                     blas = ThreadpoolController().select(user_api="blas")
                     self._libraries = list(blas.lib_controllers)

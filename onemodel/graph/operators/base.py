@@ -202,19 +202,34 @@ class InferContext:
 
 class RunContext:
     """What `run` may use: the backend's namespace and kernels, whether the run is exact, and
-    scratch memory from the run state's arena (reclaimed when the next run starts)."""
+    scratch memory that lasts until the run ends."""
 
-    __slots__ = ("arena", "exact", "guard", "kernels", "observer", "xp")
+    __slots__ = ("_kept", "_next", "arena", "exact", "guard", "keeps_scratch", "kernels",
+                 "observer", "xp")  # fmt: skip
 
-    def __init__(self, kernels: Any, exact: bool, arena: Arena | None = None) -> None:
+    def __init__(
+        self, kernels: Any, exact: bool, arena: Arena | None = None, *, keeps_scratch: bool = False
+    ) -> None:
+        """Scratch comes from `arena` when one is given (checked runs: poisoned, with canaries),
+        from arrays kept from run to run with `keeps_scratch` (a run state's context), and
+        otherwise is a plain new array (plan-time evaluation, direct calls)."""
         self.kernels = kernels
         self.xp = kernels.exact_xp if exact else kernels.xp
         self.exact = exact
         self.arena = arena
+        self.keeps_scratch = keeps_scratch and arena is None
+        self._kept: list[Array] = []  # the scratch arrays of the last run, in request order
+        self._next = 0
         self.guard: Any = None  # the current run's RunGuard (cancellation, timeout), if any
         # While a profiled or traced run runs a step: (profile, trace, step name, step label),
         # so that the bodies the step enters (If, Loop, Scan) add their rows under it.
         self.observer: Any = None
+
+    def begin_run(self) -> None:
+        """Reclaim the previous run's scratch for this one."""
+        self._next = 0
+        if self.arena is not None:
+            self.arena.reset()
 
     def check(self, node: str | None = None) -> None:
         """Raise SessionError(CANCELLED) if the run was cancelled or ran out of time; long
@@ -229,15 +244,33 @@ class RunContext:
     def scratch(self, shape: Sequence[int], dtype: Any) -> Array:
         """A C-contiguous array valid until the run ends (contents unspecified).
 
-        In a run it comes from the run state's arena, so a warm run that asks for the same
-        scratch again allocates nothing; at plan time it is a plain new array."""
+        A warm run asks for the same scratch in the same order as the run before it, so a run
+        state's context hands back the array it made for the same request last time (a shape
+        and dtype compare, where an arena allocation costs several microseconds) and makes a
+        new one only where the sequence differs, dropping the rest. Each array is handed out
+        once per run, so two requests never share memory."""
+        if self.keeps_scratch:
+            index = self._next
+            kept = self._kept
+            if index < len(kept):
+                array = kept[index]
+                if array.shape == shape and array.dtype == dtype:
+                    self._next = index + 1
+                    if self.guard is not None:
+                        self.guard.charge(array.nbytes, None, "scratch")
+                    return array
+                del kept[index:]
         dims = tuple(int(d) for d in shape)
         dtype = np.dtype(dtype)
         nbytes = math.prod(dims) * dtype.itemsize  # math.prod: a fraction of np.prod's cost
         self.charge(nbytes, what="scratch")
-        if self.arena is None:
-            return self.xp.empty(dims, dtype=dtype)
-        return self.arena.allocate(nbytes).data.view(dtype).reshape(dims)
+        if self.arena is not None:
+            return self.arena.allocate(nbytes).data.view(dtype).reshape(dims)
+        array = self.xp.empty(dims, dtype=dtype)
+        if self.keeps_scratch:
+            self._kept.append(array)
+            self._next += 1
+        return array
 
     def charge(self, nbytes: int, node: str | None = None, what: str = "values") -> None:
         """Count an allocation against the session's memory limit, before making it."""
@@ -252,6 +285,10 @@ class Operator:
     in_place_input: ClassVar[int | None] = None
     view_of_input: ClassVar[int | None] = None
     outputs_data_dependent: ClassVar[bool] = False
+    # A data-dependent operator whose returned arrays are new and referenced nowhere else (If:
+    # its branch's run hands back fresh or copied arrays), so a graph output may be given to
+    # the caller without another copy.
+    owns_results: ClassVar[bool] = False
     # False: never folded into a constant, even when all inputs are constants. Random
     # generators must draw anew in each run; Widen exists to keep a weight narrow until use.
     foldable: ClassVar[bool] = True

@@ -49,7 +49,10 @@ class ControlFlow(Operator):
 
     @staticmethod
     def host_scalar(ctx: RunContext, value: Array) -> Any:
-        return np.asarray(ctx.kernels.memory.to_host(value)).reshape(-1)[0]
+        """The first element of a condition or count, on the host (`item` where it is the
+        only one: half the cost of reshaping)."""
+        host = ctx.kernels.memory.to_host(value)
+        return host.item() if host.size == 1 else np.asarray(host).reshape(-1)[0]
 
     @staticmethod
     def empty_stack(ctx: RunContext, executor: Any, position: int) -> Array:
@@ -63,6 +66,8 @@ class ControlFlow(Operator):
 
 class IfOp(ControlFlow):
     """Runs the branch the condition chooses, once."""
+
+    owns_results = True  # what a body's run returns never aliases its slab or inputs
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

@@ -27,7 +27,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.prepared import PreparesConstants
+from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.tensors import onnx_code_for_numpy
 
 PREVIOUS = -1  # a member input that is the previous member's result
@@ -90,32 +90,53 @@ class Fused(PreparesConstants):
             return None
         return first.operator.prepare(ctx, first.inputs(constants, None))
 
+    def prepare_for_plan(
+        self,
+        ctx: RunContext,
+        constants: Sequence[Array | None],
+        specs: Sequence[TensorSpec | None],
+    ) -> Chain:
+        """The chain for one plan: where each member writes and what it calls, decided once
+        instead of in every run (a run then does no look-ups or shape compares)."""
+        member_specs = self._member_specs(specs)
+        return self._chain(ctx, self.prepare(ctx, constants), member_specs)
+
     def run_prepared(
         self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
     ) -> None:
-        (out,) = outputs
-        specs = self._specs.get(_signature_of_arrays(inputs))
-        if specs is None:  # a run whose plan was made by another signature's infer
-            self.infer(_context_of(self.node, inputs))
-            specs = self._specs[_signature_of_arrays(inputs)]
-        tail = self._generated_tail(ctx, out.dtype)
+        if isinstance(prepared, Chain):
+            prepared.run(ctx, inputs, outputs[0])
+            return
+        specs = [None if a is None else TensorSpec(onnx_code_for_numpy(a.dtype), a.shape)
+                 for a in inputs]  # fmt: skip
+        self._chain(ctx, prepared, self._member_specs(specs)).run(ctx, inputs, outputs[0])
+
+    def _member_specs(self, specs: Sequence[TensorSpec | None]) -> tuple[TensorSpec, ...]:
+        """Each member's result spec for these input specs (from `infer`, made at plan time
+        or now for a run whose plan was made by another signature's infer)."""
+        member_specs = self._specs.get(_signature(specs))
+        if member_specs is None:
+            self.infer(InferContext(self.node, list(specs), [None] * len(specs)))
+            member_specs = self._specs[_signature(specs)]
+        return member_specs
+
+    def _chain(self, ctx: RunContext, prepared: Any, specs: Sequence[TensorSpec]) -> Chain:
+        """Results go into the step's output when they have its shape and type, else into
+        run scratch; the element-wise tail is one generated kernel where the backend has one."""
+        out = specs[-1]
+        tail = self._generated_tail(ctx, out.numpy_dtype)
         stop = len(self.members) - (0 if tail is None else len(tail.members))
-        previous = None
         last = len(self.members) - 1
+        links = []
         for index, (member, spec) in enumerate(zip(self.members[:stop], specs, strict=False)):
-            if index == last or (spec.shape == out.shape and spec.numpy_dtype == out.dtype):
-                target = out
-            else:
-                target = ctx.scratch(spec.shape, spec.numpy_dtype)
-            member_inputs = member.inputs(inputs, previous)
+            into_out = index == last or (spec.shape == out.shape and spec.dtype == out.dtype)
+            scratch = None if into_out else (spec.shape, spec.numpy_dtype)
+            call = member.operator.run
             if index == 0 and prepared is not None:
-                member.operator.run_prepared(ctx, prepared, member_inputs, [target])  # type: ignore[attr-defined]
-            else:
-                member.operator.run(ctx, member_inputs, [target])
-            previous = target
-        if tail is not None:
-            operands = [inputs[i] for i in tail.source.operands]
-            ctx.kernels.run_elementwise_chain(tail.source, previous, operands, out)
+                call = prepared_call(member.operator, prepared)  # type: ignore[arg-type]
+            links.append((call, member.sources, scratch))
+        operands = () if tail is None else tuple(tail.source.operands)
+        return Chain(tuple(links), tail, operands)
 
     def _generated_tail(self, ctx: RunContext, dtype: Any) -> Any:
         """The element-wise tail as one generated kernel, on a backend that generates them
@@ -128,17 +149,29 @@ class Fused(PreparesConstants):
         return self._tails[key]
 
 
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A fused step as one plan runs it: per member (call, input sources, scratch (shape,
+    dtype) or None for the step's output), and the generated tail with its operands."""
+
+    links: tuple[tuple[Any, tuple[int | None, ...], Any], ...]
+    tail: Any
+    tail_operands: tuple[int, ...]
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], out: Array) -> None:
+        previous = None
+        for call, sources, scratch in self.links:
+            target = out if scratch is None else ctx.scratch(*scratch)
+            call(
+                ctx,
+                [previous if s == PREVIOUS else None if s is None else inputs[s] for s in sources],
+                [target],
+            )
+            previous = target
+        if self.tail is not None:
+            operands = [inputs[i] for i in self.tail_operands]
+            ctx.kernels.run_elementwise_chain(self.tail.source, previous, operands, out)
+
+
 def _signature(specs: Sequence[TensorSpec | None]) -> tuple:
     return tuple(None if s is None else (s.numpy_dtype, s.shape) for s in specs)
-
-
-def _signature_of_arrays(arrays: Sequence[Array | None]) -> tuple:
-    return tuple(None if a is None else (a.dtype, a.shape) for a in arrays)
-
-
-def _context_of(node: NodeInfo, arrays: Sequence[Array | None]) -> InferContext:
-    specs = [
-        None if a is None else TensorSpec(onnx_code_for_numpy(a.dtype), tuple(a.shape))
-        for a in arrays
-    ]
-    return InferContext(node, specs, [None] * len(arrays))

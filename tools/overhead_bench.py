@@ -1,0 +1,248 @@
+"""The runtime-overhead figures of issue 16, onemodel and onnxruntime side by side (1 thread).
+
+    python tools/overhead_bench.py cold        # process start to first MLP result, fresh processes
+    python tools/overhead_bench.py run         # Session.run's fixed cost and the cost per step
+    python tools/overhead_bench.py body        # entering an If body, a Loop iteration
+    python tools/overhead_bench.py vad         # the streaming bench model, 1,000 carried runs
+    python tools/overhead_bench.py big NAME    # add_chain_100k / add_tree_100k: create + first run
+
+Times are per-thread CPU time (`time.thread_time`) except `cold` and `big` (wall clock, and
+`cold` also the processes' CPU time); each figure is a median (`cold`, `vad`, `big`) or the
+least of many batches (`run`, `body`: the least disturbed by other load), runs taken in turn.
+`cold` runs its processes without PYTHONDONTWRITEBYTECODE, which would make every start
+compile every module again.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import onemodel
+from onemodel.backends.fp_errors import run_scope
+from onemodel.graph.operators.base import RunContext
+
+MLP = "tests/models/mlp.onnx"
+F = TensorProto.FLOAT
+ONE_THREAD = onemodel.SessionOptions(intra_op_threads=1)
+
+
+def _onnxruntime(model: bytes | str) -> object:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def _least_us(calls: dict[str, Callable[[], object]], batch: int, batches: int) -> dict[str, float]:
+    """Per call, the least thread CPU time of `batches` batches, the calls taken in turn."""
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(batches):
+        for name, call in calls.items():
+            started = time.thread_time()
+            for _ in range(batch):
+                call()
+            best[name] = min(best[name], (time.thread_time() - started) / batch * 1e6)
+    return best
+
+
+def cold(repeats: int | str = 9) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    feeds = "{'input': np.zeros((8, 32), np.float32)}"
+    commands = {
+        "onemodel": "import onemodel, numpy as np; "
+        f"onemodel.Session.load('{MLP}').run(None, {feeds})",
+        "onnxruntime": "import onnxruntime as o, numpy as np; "
+        f"o.InferenceSession('{MLP}').run(None, {feeds})",
+        "python": "pass",
+        "import numpy": "import numpy",
+        "import onnx": "import onnx",
+    }
+    wall: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(int(repeats)):
+        for name, code in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], env=env, check=True)
+            wall[name].append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    for name in commands:
+        print(
+            f"{name:12s} wall {statistics.median(wall[name]):.3f} s (least {min(wall[name]):.3f})"
+            f"  CPU {statistics.median(cpu[name]):.3f} s"
+        )
+
+
+def _chain(op: str, count: int) -> bytes:
+    """`count` chained `op`s on a [1, 4] input, each reading a constant (never fused at level 0)."""
+    nodes = [helper.make_node(op, [f"v{k}", "w"], [f"v{k + 1}"]) for k in range(count)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("v0", F, [1, 4])],
+        [helper.make_tensor_value_info(f"v{count}", F, [1, 4])],
+        [helper.make_tensor("w", F, [1], [0.5])],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def run_costs() -> None:
+    """Fixed cost: a one-Add model's run less the Add's own call; per step: what each of 20
+    more Adds adds, less the Add's call (level 0, so that the chain is not fused)."""
+    unfused = onemodel.SessionOptions(intra_op_threads=1, optimization_level=0)
+    one = onemodel.Session.load(_chain("Add", 1), unfused)
+    many = onemodel.Session.load(_chain("Add", 21), unfused)
+    feeds = {"v0": np.ones((1, 4), np.float32)}
+    one.run(None, feeds)
+    (plan,) = one.plans()
+    operator, w = plan.steps[0].node.operator, plan.constants[plan.steps[0].inputs[1]]
+    out = np.empty((1, 4), np.float32)
+    context = RunContext(one.kernels, False)
+    x = feeds["v0"]
+    ort_one, ort_many = _onnxruntime(_chain("Add", 1)), _onnxruntime(_chain("Add", 21))
+    least = _least_us(
+        {
+            "run 1": lambda: one.run(None, feeds),
+            "run 21": lambda: many.run(None, feeds),
+            "ort 1": lambda: ort_one.run(None, feeds),
+            "ort 21": lambda: ort_many.run(None, feeds),
+        },
+        batch=500,
+        batches=31,
+    )
+    with run_scope():  # as in a run: NumPy's error state set once
+        least |= _least_us({"Add call": lambda: operator.run(context, [x, w], [out])}, 500, 31)
+    per_step = (least["run 21"] - least["run 1"]) / 20
+    print({name: round(value, 2) for name, value in least.items()})
+    print(
+        f"fixed cost per run {least['run 1'] - least['Add call']:.2f} us; per step beyond its "
+        f"kernel {per_step - least['Add call']:.2f} us (onnxruntime per step "
+        f"{(least['ort 21'] - least['ort 1']) / 20:.2f} us)"
+    )
+
+
+def _if_model(with_if: bool) -> bytes:
+    def branch(name: str, op: str) -> object:
+        node = helper.make_node(op, ["x", "w"], [f"{name}_y"])
+        out = helper.make_tensor_value_info(f"{name}_y", F, None)
+        return helper.make_graph([node], name, [], [out], [helper.make_tensor("w", F, [1], [0.5])])
+
+    inputs = [
+        helper.make_tensor_value_info("x", F, [1, 4]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+    ]
+    if with_if:
+        nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch("t", "Add"),
+                                  else_branch=branch("e", "Sub"))]  # fmt: skip
+        weights = []
+    else:
+        nodes, weights = (
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            [helper.make_tensor("w", F, [1], [0.5])],
+        )
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("y", F, [1, 4])], weights
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _loop_model() -> bytes:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["ci"], ["co"]),
+         helper.make_node("Add", ["si", "w"], ["so"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("ci", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("si", F, None)],
+        [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("so", F, None)],
+        [helper.make_tensor("w", F, [1], [0.5])],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "g",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("x", F, [1, 4])],
+        [helper.make_tensor_value_info("y", F, None)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def body() -> None:
+    """If: the run of an If over a one-Add branch less the run of the Add alone. Loop: what
+    each of 100 more iterations of a one-Add body costs."""
+    with_if = onemodel.Session.load(_if_model(True), ONE_THREAD)
+    alone = onemodel.Session.load(_if_model(False), ONE_THREAD)
+    loop = onemodel.Session.load(_loop_model(), ONE_THREAD)
+    feeds = {"x": np.ones((1, 4), np.float32), "c": np.array(True)}
+    once = {"n": np.array(1, np.int64), "x": feeds["x"]}
+    hundred_and_one = {"n": np.array(101, np.int64), "x": feeds["x"]}
+    least = _least_us(
+        {
+            "If": lambda: with_if.run(None, feeds),
+            "Add": lambda: alone.run(None, feeds),
+            "Loop 1": lambda: loop.run(None, once),
+            "Loop 101": lambda: loop.run(None, hundred_and_one),
+        },
+        batch=50,
+        batches=41,
+    )
+    print({name: round(value, 2) for name, value in least.items()})
+    print(
+        f"If entry beyond its branch's step {least['If'] - least['Add']:.2f} us; "
+        f"Loop iteration (Identity + Add) {(least['Loop 101'] - least['Loop 1']) / 100:.2f} us"
+    )
+
+
+def vad(rounds: int | str = 7, runs: int = 1000) -> None:
+    from onemodel.bench_graphs import GENERATED, ensure, vad_stream_inputs
+
+    path = str(ensure("vad_stream", GENERATED))
+    sessions = {
+        "onemodel": onemodel.Session.load(path, ONE_THREAD),
+        "onnxruntime": _onnxruntime(path),
+    }
+    per_run: dict[str, list[float]] = {name: [] for name in sessions}
+    for _ in range(int(rounds)):
+        for name, session in sessions.items():
+            feeds = vad_stream_inputs()
+            started = time.thread_time()
+            for _ in range(runs):
+                _, feeds["state"] = session.run(None, feeds)
+            per_run[name].append((time.thread_time() - started) / runs * 1e3)
+    mine, theirs = (statistics.median(per_run[n]) for n in ("onemodel", "onnxruntime"))
+    print(f"vad_stream per run: onemodel {mine:.4f} ms, onnxruntime {theirs:.4f} ms, "
+          f"ratio {mine / theirs:.2f}")  # fmt: skip
+
+
+def big(name: str, repeats: int | str = 2) -> None:
+    from onemodel.bench_graphs import GENERATED, ensure
+
+    path = str(ensure(name, GENERATED))
+    feeds = {("x" if "tree" in name else "v0"): np.ones((1, 4), np.float32)}
+    makers = {
+        "onemodel": lambda: onemodel.Session.load(path, ONE_THREAD),
+        "onnxruntime": lambda: _onnxruntime(path),
+    }
+    totals: dict[str, list[float]] = {n: [] for n in makers}
+    for _ in range(int(repeats)):
+        for engine, make in makers.items():
+            started = time.perf_counter()
+            make().run(None, feeds)
+            totals[engine].append(time.perf_counter() - started)
+    mine, theirs = (statistics.median(totals[n]) for n in makers)
+    print(f"{name}: create + first run onemodel {mine:.2f} s, onnxruntime {theirs:.2f} s, "
+          f"ratio {mine / theirs:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    command, *arguments = sys.argv[1:] or ["run"]
+    {"cold": cold, "run": run_costs, "body": body, "vad": vad, "big": big}[command](*arguments)
