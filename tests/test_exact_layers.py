@@ -16,6 +16,7 @@ from tests.test_exact_gemm import oracle
 from tests.test_exact_operators import assert_bits, exact_run
 
 MICROSOFT = "com.microsoft"
+ML = "ai.onnx.ml"
 FLUSHING_PATHS = ["checked-device", pytest.param("cupy", marks=pytest.mark.gpu)]
 
 
@@ -68,6 +69,34 @@ def _cases() -> dict[str, tuple[str, list, dict, int, str, int]]:
         "group_norm": ("GroupNormalization", [_f32(rng, 2, 4, 3, 3), _f32(rng, 4), _f32(rng, 4)],
                        {"num_groups": 2}, 21, "", 1),
         "rms_norm": ("RMSNormalization", [_f32(rng, 2, 3, 8), _f32(rng, 8)], {}, 23, "", 1),
+        "bias_add": ("BiasAdd", [_f32(rng, 2, 3, 8), _f32(rng, 8), _f32(rng, 2, 3, 8)], {}, 1,
+                     MICROSOFT, 1),
+        "gemm_fast_gelu": ("GemmFastGelu", [_f32(rng, 3, 8, scale=2.0), _f32(rng, 8, 5),
+                                            _f32(rng, 5)], {}, 1, MICROSOFT, 1),
+        "det": ("Det", [_f32(rng, 2, 3, 4, 4)], {}, 11, "", 1),
+        "max_unpool_repeated_indices": (
+            "MaxUnpool",
+            [_f32(rng, 1, 2, 2, 2), np.int64([[[[0, 5], [5, 15]], [[16, 16], [31, 20]]]])],
+            {"kernel_shape": [2, 2], "strides": [2, 2]}, 11, "", 1),
+        "scaler": ("Scaler", [_f32(rng, 4, 3)],
+                   {"offset": [0.5, -1.0, 2.0], "scale": [3.0, 0.1, -2.0]}, 1, ML, 1),
+        "normalizer_l2": ("Normalizer", [_f32(rng, 4, 5)], {"norm": "L2"}, 1, ML, 1),
+        "normalizer_l1": ("Normalizer", [_f32(rng, 4, 5)], {"norm": "L1"}, 1, ML, 1),
+        "linear_regressor": ("LinearRegressor", [_f32(rng, 4, 3)],
+                             {"coefficients": [0.5, -1.5, 2.0, 1.0, 0.25, -0.75], "targets": 2,
+                              "intercepts": [0.1, -0.2]}, 1, ML, 1),
+        "linear_classifier_softmax": (
+            "LinearClassifier", [_f32(rng, 4, 3)],
+            {"coefficients": [0.5, -1.5, 2.0, 1.0, 0.25, -0.75, 0.3, 0.3, 0.3],
+             "intercepts": [0.1, -0.2, 0.0], "classlabels_ints": [3, 5, 7],
+             "post_transform": "SOFTMAX"}, 1, ML, 2),
+        "linear_classifier_logistic": (
+            "LinearClassifier", [_f32(rng, 4, 3)],
+            {"coefficients": [0.5, -1.5, 2.0], "intercepts": [0.1], "classlabels_ints": [0, 1],
+             "post_transform": "LOGISTIC"}, 1, ML, 2),
+        "label_encoder_floats": (
+            "LabelEncoder", [np.float32([0.5, -1.0, 1e-40, 0.0, 2.5, np.nan])],
+            {"keys_floats": [0.5, 1e-40, 0.0, 2.5], "values_int64s": [1, 2, 3, 4]}, 2, ML, 1),
     }  # fmt: skip
 
 
