@@ -54,7 +54,7 @@ def map_arrays(
 def expm1_64(xp: Any, x: Array) -> Array:
     """exp(x) − 1: x·Σ_{n≤13} x^n/(n+1)! by Horner's rule for |x| < ln2/2, else exp64(x) − 1.
     −0 stays −0, −inf gives −1."""
-    near = xp.clip(x, -_EXPM1_LIMIT, _EXPM1_LIMIT)
+    near = xp.minimum(xp.maximum(x, -_EXPM1_LIMIT), _EXPM1_LIMIT)  # clip's values, cheaper
     r, k = exp_reduced(xp, x)  # exp64's steps; both polynomials in one evaluation
     series, far = horner_segments(xp, ((near, _EXPM1_TERMS), (r, EXP_TERMS)))
     series *= near
@@ -82,7 +82,7 @@ def sigmoid_and_tanh64(xp: Any, x: Array, split: int) -> tuple[Array, Array]:
     LSTM step's gates, whose small arrays cost by the number of array calls."""
     s, t = x[..., :split], x[..., split:]
     twice = xp.minimum(xp.absolute(t), _TANH_LIMIT) * 2  # tanh64's a·2, expm1_64's argument
-    near = xp.clip(twice, -_EXPM1_LIMIT, _EXPM1_LIMIT)
+    near = xp.minimum(twice, _EXPM1_LIMIT)  # twice ≥ 0 (or NaN): clip's values
     r, k = exp_reduced(xp, xp.concatenate([-s, twice], axis=-1))
     exp_r, series = horner_segments(xp, ((r, EXP_TERMS), (near, _EXPM1_TERMS)))
     powers = xp.ldexp(exp_r, k)

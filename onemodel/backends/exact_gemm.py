@@ -275,12 +275,11 @@ def _decide_float32(xp: Any, approx: Array, radius: Array) -> tuple[Array, Array
     are left to the exact path: the decision may differ, the result cannot."""
     value = approx.astype(xp.float32)
     back = value.astype(xp.float64)
+    power = (back.view(xp.int64) & ((1 << 52) - 1)) == 0  # a power of two (or zero)
+    bits = back.view(xp.int64) & (0x7FF << 52)
+    # 2^(E − 24), half the spacing of a float32 of exponent E (2^(E − 25) for a power of two)
+    bits -= xp.where(power, 25 << 52, 24 << 52)
     distance = xp.abs(xp.subtract(approx, back, out=back))  # exact: f is approx rounded
-    bits = value.astype(xp.float64).view(xp.int64)
-    power = (bits & ((1 << 52) - 1)) == 0  # a power of two (or zero)
-    bits &= 0x7FF << 52
-    bits -= 24 << 52  # 2^(E − 24): half the spacing of a float32 of exponent E
-    bits -= power.astype(xp.int64) << 52
     xp.maximum(bits, (1023 - 150) << 52, out=bits)  # the subnormals' half spacing, 2^-150
     bound = xp.subtract(bits.view(xp.float64), distance, out=distance)  # exact
     decided = radius < bound  # NaN (f infinite) compares False
