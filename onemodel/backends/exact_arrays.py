@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
@@ -40,6 +40,8 @@ _LN2_HI = math.ldexp(math.floor(math.ldexp(float(_LN2), 32)), -32)
 _LN2_LO = float(_LN2 - Decimal(_LN2_HI))
 _INV_LN2 = float(1 / _LN2)
 # exp: Taylor terms 1/n! up to degree 13; on |r| ≤ ln2/2 the first term left out is < 4e-18.
+# `elementwise` works on NumPy in blocks of this many elements (128 KiB of float64).
+_ELEMENTWISE_BLOCK = 1 << 14
 # Up to this many elements in all, `horner_segments` evaluates its parts as one array.
 _STACKED_HORNER_LIMIT = 1 << 14
 EXP_TERMS = tuple(float(Fraction(1, math.factorial(n))) for n in range(14))
@@ -374,19 +376,37 @@ def erf64(xp: Any, x: Array) -> Array:
         return result
 
 
+def elementwise(
+    xp: Any, function: Callable[..., Array], inputs: Sequence[Array], out: Array
+) -> None:
+    """out = function(xp, *float64 copies of inputs), rounded once (inputs broadcast to out),
+    for an element-wise `function`. On NumPy a large out is done in blocks of
+    _ELEMENTWISE_BLOCK elements, so the dozens of whole-array steps of a polynomial (erf64's
+    200) work in the cache: the same operations element by element, so the same bits."""
+    with np.errstate(all="ignore"):
+        if xp is not np or out.size < 2 * _ELEMENTWISE_BLOCK or not out.flags.c_contiguous:
+            store(xp, out, function(xp, *(wide(xp, x) for x in inputs)))
+            return
+        flat = [np.broadcast_to(x, out.shape).reshape(-1) for x in inputs]
+        target = out.reshape(-1)
+        for start in range(0, target.size, _ELEMENTWISE_BLOCK):
+            part = slice(start, start + _ELEMENTWISE_BLOCK)
+            store(xp, target[part], function(xp, *(wide(xp, x[part]) for x in flat)))
+
+
 def exp_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = exp(x) by `exp64`, rounded once."""
-    store(xp, out, exp64(xp, wide(xp, x)))
+    elementwise(xp, exp64, (x,), out)
 
 
 def log_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = log(x) by `log64`, rounded once."""
-    store(xp, out, log64(xp, wide(xp, x)))
+    elementwise(xp, log64, (x,), out)
 
 
 def erf_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = erf(x) by `erf64`, rounded once."""
-    store(xp, out, erf64(xp, wide(xp, x)))
+    elementwise(xp, erf64, (x,), out)
 
 
 # -- softmax and layer normalization -------------------------------------------------------

@@ -17,17 +17,15 @@ from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
 from onemodel.backends.exact_arrays import (
     EXP_TERMS,
+    elementwise,
     exp64,
     exp_reduced,
     horner,
     horner_segments,
     log64,
 )
-from onemodel.backends.ieee_float32 import store, widen
 
 Array = Any
 
@@ -46,9 +44,9 @@ _ONE_OVER_SQRT_PI = float.fromhex("0x1.20dd750429b6dp-1")  # 1/√π rounded to 
 def map_arrays(
     xp: Any, function: Callable[..., Array], inputs: Sequence[Array], out: Array
 ) -> None:
-    """out = function(xp, *float64 copies of inputs), rounded once (inputs broadcast to out)."""
-    with np.errstate(all="ignore"):
-        store(xp, out, function(xp, *(widen(xp, x) for x in inputs)))
+    """out = function(xp, *float64 copies of inputs), rounded once (inputs broadcast to out;
+    `function` element-wise: exact_arrays.elementwise, in blocks on NumPy)."""
+    elementwise(xp, function, inputs, out)
 
 
 def expm1_64(xp: Any, x: Array) -> Array:

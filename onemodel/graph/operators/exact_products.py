@@ -10,8 +10,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from onemodel.backends.exact_arrays import ordered_sum
 from onemodel.backends.exact_gemm import ExactOperand, float32_rows, float32_values
 from onemodel.backends.ieee_float32 import widen
@@ -32,8 +30,8 @@ def float32_product(kernels: Any, a: Array, b: Array | ExactOperand) -> Array:
     """a @ b with both operands rounded to nearest float32 (exact for float32, float16 and
     bfloat16 values), each element the exact dot product rounded once into float32 (MatMul's
     definition: order-free, so one float64 BLAS product and the decision test), widened to
-    float64. `b` may be `float32_operand`'s prepared form of a constant right operand; then a
-    few rows take `float32_rows`' short path where it decides them."""
+    float64. `b` may be `float32_operand`'s prepared form of a constant right operand; then
+    finite 2-D rows take `float32_rows`' short path (the same value in fewer array calls)."""
     xp = kernels.xp
     left = float32_values(xp, a)
     if isinstance(b, ExactOperand):
@@ -44,7 +42,7 @@ def float32_product(kernels: Any, a: Array, b: Array | ExactOperand) -> Array:
     batch = xp.broadcast_shapes(left.shape[:-2], _shape(right)[:-2])
     out = xp.empty((*batch, left.shape[-2], _shape(right)[-1]), dtype=xp.float32)
     kernels.exact_matmul_arrays(left, right, out)
-    return out.astype(xp.float64) if xp is np else widen(xp, out)
+    return widen(xp, out)
 
 
 def float32_operand(kernels: Any, b: Array) -> ExactOperand:
