@@ -141,8 +141,8 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
                 where = specials[0][part]
                 value[where] = specials[1][part][where].astype(out.dtype)
                 decided |= where
-            undecided = xp.nonzero(~decided)
-            if undecided[0].size:
+            if not bool(xp.all(decided)):  # cheaper than nonzero where all are decided
+                undecided = xp.nonzero(~decided)
                 open_rows.append(undecided[0] + start)
                 open_cols.append(undecided[1])
             result[part] = value
