@@ -189,3 +189,39 @@ def test_trigonometric_functions_are_within_a_float32_step_of_the_math_module(op
     assert ulp_distance(got[count:], oracle).max() <= 1
     assert np.count_nonzero(got[count:] != oracle) <= x.size // 1000
     assert_reference_bits(op_type, op_type, [x], {}, 9, "checked-device")
+
+
+@pytest.mark.parametrize("size", [3, 700, 20_000])  # stacked below horner_segments' limit
+def test_stacked_polynomials_give_the_bits_of_the_separate_functions(size: int) -> None:
+    """sigmoid_and_tanh64 (an LSTM step's gates) and tanh64 (whose expm1 stacks its two
+    polynomials) against sigmoid64, expm1 and tanh64 written out without stacking."""
+    from onemodel.backends import exact_arrays, exact_elementary
+    from onemodel.backends.checked_device import checked_xp
+
+    rng = np.random.default_rng(size)
+    scales = rng.choice([1e-6, 0.1, 0.3, 1.0, 4.0, 30.0, 800.0], size)
+    values = rng.standard_normal(size) * scales
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 0.34657359027997264, -0.3465735902799726]
+    x = np.concatenate([values, specials]).reshape(1, -1)
+    split = x.shape[1] // 3
+
+    def exp64(v: np.ndarray) -> np.ndarray:
+        return exact_arrays.exp64(np, v)
+
+    def tanh_unstacked(v: np.ndarray) -> np.ndarray:
+        twice = np.minimum(np.abs(v), 22.0) * 2
+        near = np.clip(twice, -math.log(2) / 2, math.log(2) / 2)
+        series = exact_arrays.horner(np, near, exact_elementary._EXPM1_TERMS) * near
+        e = np.where(np.abs(twice) < math.log(2) / 2, series, exp64(twice) - 1)
+        return np.copysign(e / (e + 2), v)
+
+    want_sigmoid = 1 / (exp64(-x[:, :split]) + 1)
+    want_tanh = tanh_unstacked(x[:, split:])
+    for xp in (np, checked_xp):
+        host = getattr(xp, "asnumpy", np.asarray)
+        sigmoid, tanh = map(host, exact_elementary.sigmoid_and_tanh64(xp, xp.asarray(x), split))
+        assert np.array_equal(sigmoid, want_sigmoid, equal_nan=True)
+        assert np.array_equal(tanh, want_tanh, equal_nan=True)
+        assert np.array_equal(np.signbit(tanh), np.signbit(want_tanh))
+        alone = host(exact_elementary.tanh64(xp, xp.asarray(x)))
+        assert np.array_equal(alone, tanh_unstacked(x), equal_nan=True)

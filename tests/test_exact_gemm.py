@@ -284,3 +284,27 @@ def test_random_adversarial_cases(xp: ModuleType, start: int) -> None:
     for seed in range(start, start + 100):
         a, b = _adversarial(_rng(1000 + seed))
         assert_oracle(xp, a, b)
+
+
+def test_the_short_path_of_a_few_rows_gives_the_oracles_bits(xp: ModuleType) -> None:
+    """float32_rows (a recurrent step's product against a prepared weight) on rows that make
+    the decision leave elements open: cancellation to zero and to tiny remainders, subnormal
+    results, a zero row (+0), one row of huge dynamic range."""
+    rng = _rng(21)
+    k, n = 64, 40
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a = rng.standard_normal((5, k)).astype(np.float32)
+    a[1] = 0
+    a[2, 1:] *= np.float32(2.0**-60)
+    b[:, 3] = b[:, 4]  # columns 3 and 4 equal: a·b3 − a·b4 can cancel below
+    b[:32, 5], b[32:, 5] = b[:32, 6], -b[:32, 6]
+    a[3, 32:] = a[3, :32]  # row 3 · column 5 cancels to exactly zero
+    a[4] *= np.float32(2.0**-75)  # results near and below float32's subnormals
+    right = exact_gemm.prepare(xp, xp.asarray(b.astype(np.float64)), -2)
+    got = exact_gemm.float32_rows(xp, xp.asarray(a.astype(np.float64)), right)
+    want = oracle(a, b, np.float32)
+    assert np.array_equal(_bits(_host(got).astype(np.float32)), _bits(want))
+    assert _host(got)[3, 5] == 0 and not np.signbit(_host(got)[3, 5])
+    infinite = a.astype(np.float64)
+    infinite[0, 0] = np.inf  # non-finite rows are left to `matmul`'s rules
+    assert exact_gemm.float32_rows(xp, xp.asarray(infinite), right) is None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
@@ -40,7 +40,11 @@ _LN2_HI = math.ldexp(math.floor(math.ldexp(float(_LN2), 32)), -32)
 _LN2_LO = float(_LN2 - Decimal(_LN2_HI))
 _INV_LN2 = float(1 / _LN2)
 # exp: Taylor terms 1/n! up to degree 13; on |r| ≤ ln2/2 the first term left out is < 4e-18.
-_EXP_TERMS = tuple(float(Fraction(1, math.factorial(n))) for n in range(14))
+# `elementwise` works on NumPy in blocks of this many elements (128 KiB of float64).
+_ELEMENTWISE_BLOCK = 1 << 14
+# Up to this many elements in all, `horner_segments` evaluates its parts as one array.
+_STACKED_HORNER_LIMIT = 1 << 14
+EXP_TERMS = tuple(float(Fraction(1, math.factorial(n))) for n in range(14))
 # Beyond ±746 every float64 (and so every float32) exp is 0 or inf; clamping there also turns
 # ±inf into finite inputs whose result is already the right 0 or inf.
 _EXP_LIMIT = 746.0
@@ -281,16 +285,61 @@ def horner(xp: Any, t: Array, terms: Sequence[float]) -> Array:
     return total
 
 
+def horner_segments(xp: Any, parts: Sequence[tuple[Array, Sequence[float]]]) -> list[Array]:
+    """`horner` of each (t, terms) pair, the term lists of one length: for
+    small arrays as one evaluation over the parts laid end to end, each element's own terms
+    added as a vector (the same operations element by element, so the same bits, in a fraction
+    of the array calls, which are what cost at this size); larger ones part by part."""
+    sizes = tuple(int(t.size) for t, _ in parts)
+    if sum(sizes) > _STACKED_HORNER_LIMIT:
+        return [horner(xp, t, terms) for t, terms in parts]
+    key = tuple(zip(sizes, (tuple(terms) for _, terms in parts), strict=True))
+    table = _SEGMENT_TABLES.get(key)
+    if table is None:
+        table = np.concatenate(
+            [
+                np.repeat(np.asarray(terms)[:, None], n, axis=1)
+                for n, (_, terms) in zip(sizes, parts, strict=True)
+            ],
+            axis=1,
+        )
+        _SEGMENT_TABLES[key] = table
+    table = xp.asarray(table)
+    t = xp.concatenate([x.reshape(-1) for x, _ in parts])
+    total = table[-1] + xp.zeros_like(t)
+    for n in range(table.shape[0] - 2, -1, -1):
+        total *= t
+        total += table[n]
+    results, end = [], 0
+    for x, _ in parts:
+        results.append(total[end : end + x.size].reshape(x.shape))
+        end += x.size
+    return results
+
+
+# horner_segments' coefficient tables by (size, terms) per part: a few term lists, the sizes
+# of small arrays (a recurrent layer's gates), so the dictionary stays small.
+_SEGMENT_TABLES: dict[tuple[tuple[int, tuple[float, ...]], ...], np.ndarray] = {}
+
+
+def exp_reduced(xp: Any, x: Array) -> tuple[Array, Array]:
+    """exp64's range reduction: r = (x − k·ln2_hi) − k·ln2_lo and k = rint(x/ln2) (int32), x
+    clamped to ±746 first; exp(x) = ldexp(horner(r, EXP_TERMS), k)."""
+    with np.errstate(all="ignore"):
+        x = xp.minimum(xp.maximum(x, -_EXP_LIMIT), _EXP_LIMIT)  # clip's values, cheaper
+        k = xp.rint(x * _INV_LN2)
+        r = x - k * _LN2_HI
+        r -= k * _LN2_LO
+        return r, k.astype(xp.int32)
+
+
 def exp64(xp: Any, x: Array) -> Array:
     """exp of a float64 array: k = rint(x/ln2), r = (x − k·ln2_hi) − k·ln2_lo, the degree-13
     Taylor polynomial of exp(r) by Horner's rule, then ldexp by k (exact, or one rounding
     into the subnormals). NaN stays NaN; ±inf give inf and 0."""
+    r, k = exp_reduced(xp, x)
     with np.errstate(all="ignore"):
-        x = xp.clip(x, -_EXP_LIMIT, _EXP_LIMIT)
-        k = xp.rint(x * _INV_LN2)
-        r = x - k * _LN2_HI
-        r -= k * _LN2_LO
-        return xp.ldexp(horner(xp, r, _EXP_TERMS), k.astype(xp.int32))
+        return xp.ldexp(horner(xp, r, EXP_TERMS), k)
 
 
 def log64(xp: Any, x: Array) -> Array:
@@ -327,19 +376,37 @@ def erf64(xp: Any, x: Array) -> Array:
         return result
 
 
+def elementwise(
+    xp: Any, function: Callable[..., Array], inputs: Sequence[Array], out: Array
+) -> None:
+    """out = function(xp, *float64 copies of inputs), rounded once (inputs broadcast to out),
+    for an element-wise `function`. On NumPy a large out is done in blocks of
+    _ELEMENTWISE_BLOCK elements, so the dozens of whole-array steps of a polynomial (erf64's
+    200) work in the cache: the same operations element by element, so the same bits."""
+    with np.errstate(all="ignore"):
+        if xp is not np or out.size < 2 * _ELEMENTWISE_BLOCK or not out.flags.c_contiguous:
+            store(xp, out, function(xp, *(wide(xp, x) for x in inputs)))
+            return
+        flat = [np.broadcast_to(x, out.shape).reshape(-1) for x in inputs]
+        target = out.reshape(-1)
+        for start in range(0, target.size, _ELEMENTWISE_BLOCK):
+            part = slice(start, start + _ELEMENTWISE_BLOCK)
+            store(xp, target[part], function(xp, *(wide(xp, x[part]) for x in flat)))
+
+
 def exp_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = exp(x) by `exp64`, rounded once."""
-    store(xp, out, exp64(xp, wide(xp, x)))
+    elementwise(xp, exp64, (x,), out)
 
 
 def log_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = log(x) by `log64`, rounded once."""
-    store(xp, out, log64(xp, wide(xp, x)))
+    elementwise(xp, log64, (x,), out)
 
 
 def erf_arrays(xp: Any, x: Array, out: Array) -> None:
     """out = erf(x) by `erf64`, rounded once."""
-    store(xp, out, erf64(xp, wide(xp, x)))
+    elementwise(xp, erf64, (x,), out)
 
 
 # -- softmax and layer normalization -------------------------------------------------------

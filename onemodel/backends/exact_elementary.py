@@ -17,10 +17,15 @@ from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
-from onemodel.backends.exact_arrays import exp64, horner, log64
-from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.exact_arrays import (
+    EXP_TERMS,
+    elementwise,
+    exp64,
+    exp_reduced,
+    horner,
+    horner_segments,
+    log64,
+)
 
 Array = Any
 
@@ -39,18 +44,19 @@ _ONE_OVER_SQRT_PI = float.fromhex("0x1.20dd750429b6dp-1")  # 1/√π rounded to 
 def map_arrays(
     xp: Any, function: Callable[..., Array], inputs: Sequence[Array], out: Array
 ) -> None:
-    """out = function(xp, *float64 copies of inputs), rounded once (inputs broadcast to out)."""
-    with np.errstate(all="ignore"):
-        store(xp, out, function(xp, *(widen(xp, x) for x in inputs)))
+    """out = function(xp, *float64 copies of inputs), rounded once (inputs broadcast to out;
+    `function` element-wise: exact_arrays.elementwise, in blocks on NumPy)."""
+    elementwise(xp, function, inputs, out)
 
 
 def expm1_64(xp: Any, x: Array) -> Array:
     """exp(x) − 1: x·Σ_{n≤13} x^n/(n+1)! by Horner's rule for |x| < ln2/2, else exp64(x) − 1.
     −0 stays −0, −inf gives −1."""
-    near = xp.clip(x, -_EXPM1_LIMIT, _EXPM1_LIMIT)
-    series = horner(xp, near, _EXPM1_TERMS)
+    near = xp.minimum(xp.maximum(x, -_EXPM1_LIMIT), _EXPM1_LIMIT)  # clip's values, cheaper
+    r, k = exp_reduced(xp, x)  # exp64's steps; both polynomials in one evaluation
+    series, far = horner_segments(xp, ((near, _EXPM1_TERMS), (r, EXP_TERMS)))
     series *= near
-    far = exp64(xp, x) - 1
+    far = xp.ldexp(far, k) - 1
     return xp.where(xp.absolute(x) < _EXPM1_LIMIT, series, far)
 
 
@@ -66,6 +72,22 @@ def tanh64(xp: Any, x: Array) -> Array:
     a = xp.minimum(xp.absolute(x), _TANH_LIMIT)
     e = expm1_64(xp, a * 2)
     return xp.copysign(e / (e + 2), x)
+
+
+def sigmoid_and_tanh64(xp: Any, x: Array, split: int) -> tuple[Array, Array]:
+    """sigmoid64(x[..., :split]) and tanh64(x[..., split:]), bit for bit, with their three
+    polynomials (exp of −x; expm1's series and exp of 2a) in one `horner_segments` call: an
+    LSTM step's gates, whose small arrays cost by the number of array calls."""
+    s, t = x[..., :split], x[..., split:]
+    twice = xp.minimum(xp.absolute(t), _TANH_LIMIT) * 2  # tanh64's a·2, expm1_64's argument
+    near = xp.minimum(twice, _EXPM1_LIMIT)  # twice ≥ 0 (or NaN): clip's values
+    r, k = exp_reduced(xp, xp.concatenate([-s, twice], axis=-1))
+    exp_r, series = horner_segments(xp, ((r, EXP_TERMS), (near, _EXPM1_TERMS)))
+    powers = xp.ldexp(exp_r, k)
+    sigmoid = 1 / (powers[..., :split] + 1)
+    series *= near
+    e = xp.where(xp.absolute(twice) < _EXPM1_LIMIT, series, powers[..., split:] - 1)
+    return sigmoid, xp.copysign(e / (e + 2), t)
 
 
 def sigmoid64(xp: Any, x: Array) -> Array:

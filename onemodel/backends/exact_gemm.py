@@ -35,7 +35,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.ieee_float32 import narrow, store, widen
 
 Array = Any  # an array of the backend (numpy.ndarray or cupy.ndarray)
 
@@ -58,6 +58,15 @@ class ExactOperand:
     values: Array | None
     squares: Array
     axis: int
+
+    def __getitem__(self, columns: tuple[slice, slice]) -> ExactOperand:
+        """A right operand's columns `[:, start:stop]` (a gate's block of a recurrence
+        matrix), prepared: its squares are per column, so they slice with it."""
+        rows, kept = columns
+        if self.axis != -2 or self.finite.ndim != 2 or rows != slice(None):
+            raise ValueError("only a right operand's columns [:, a:b] are taken")
+        values = None if self.values is None else self.values[:, kept]
+        return ExactOperand(self.finite[:, kept], values, self.squares[kept], self.axis)
 
 
 def prepare(xp: Any, x: Array, axis: int) -> ExactOperand:
@@ -132,8 +141,8 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
                 where = specials[0][part]
                 value[where] = specials[1][part][where].astype(out.dtype)
                 decided |= where
-            undecided = xp.nonzero(~decided)
-            if undecided[0].size:
+            if not bool(xp.all(decided)):  # cheaper than nonzero where all are decided
+                undecided = xp.nonzero(~decided)
                 open_rows.append(undecided[0] + start)
                 open_cols.append(undecided[1])
             result[part] = value
@@ -144,6 +153,38 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
             result[flat, columns] = _narrowed(xp, exact, out.dtype)
         if not direct:
             out[...] = result.reshape(out.shape)
+
+
+def float32_values(xp: Any, x: Array) -> Array:
+    """x rounded to nearest float32 (exact for the narrower float types), held in float64."""
+    if x.dtype == np.float64:
+        x = x.astype(np.float32) if xp is np else narrow(xp, x)
+    return to_float64(xp, x)
+
+
+def float32_rows(xp: Any, a: Array, right: ExactOperand) -> Array | None:
+    """`matmul` into float32 of a few rows `a` (2-D, float32 values in float64) and a prepared
+    finite 2-D right operand, widened to float64, in a few dozen array calls (a recurrent
+    layer's step, where the calls cost more than the arithmetic): the BLAS product, the radius,
+    `_decide_float32` and the exact path for the elements left open, as `matmul` has them,
+    without its blocks and bookkeeping. None where `a` is not finite: the caller then takes
+    `matmul`."""
+    depth = a.shape[-1]
+    if right.values is not None or a.ndim != 2 or right.finite.ndim != 2 or depth > 1 << 24:
+        return None
+    with np.errstate(all="ignore"):
+        approx = a @ right.finite
+        squares = xp.einsum("mk,mk->m", a, a)
+        if not bool(xp.all(xp.isfinite(squares))):  # an inf or NaN in a: `matmul`'s rules
+            return None
+        radius = xp.sqrt(right.squares) * (xp.sqrt(squares) * ((depth + 9) * 2.0**-53))[:, None]
+        value, decided = _decide_float32(xp, approx, radius)
+        if not bool(xp.all(decided)):
+            rows, cols = xp.nonzero(~decided)
+            value[rows, cols] = _narrowed(
+                xp, exact_dots(xp, a, right.finite, (rows, cols)), xp.float32
+            )
+    return to_float64(xp, value)
 
 
 def _narrowed(xp: Any, value: Array, dtype: Any) -> Array:
@@ -234,12 +275,11 @@ def _decide_float32(xp: Any, approx: Array, radius: Array) -> tuple[Array, Array
     are left to the exact path: the decision may differ, the result cannot."""
     value = approx.astype(xp.float32)
     back = value.astype(xp.float64)
+    power = (back.view(xp.int64) & ((1 << 52) - 1)) == 0  # a power of two (or zero)
+    bits = back.view(xp.int64) & (0x7FF << 52)
+    # 2^(E − 24), half the spacing of a float32 of exponent E (2^(E − 25) for a power of two)
+    bits -= xp.where(power, 25 << 52, 24 << 52)
     distance = xp.abs(xp.subtract(approx, back, out=back))  # exact: f is approx rounded
-    bits = value.astype(xp.float64).view(xp.int64)
-    power = (bits & ((1 << 52) - 1)) == 0  # a power of two (or zero)
-    bits &= 0x7FF << 52
-    bits -= 24 << 52  # 2^(E − 24): half the spacing of a float32 of exponent E
-    bits -= power.astype(xp.int64) << 52
     xp.maximum(bits, (1023 - 150) << 52, out=bits)  # the subnormals' half spacing, 2^-150
     bound = xp.subtract(bits.view(xp.float64), distance, out=distance)  # exact
     decided = radius < bound  # NaN (f infinite) compares False

@@ -30,11 +30,17 @@ Array = Any
 
 def widen(xp: Any, x: Array) -> Array:
     """x as float64, exactly; float32 subnormals keep their values (a copy)."""
-    return _widen(x) if x.dtype == np.float32 else x.astype(xp.float64)
+    if xp is np or x.dtype != np.float32:  # NumPy's conversion keeps subnormals
+        with np.errstate(invalid="ignore"):  # signalling NaNs become quiet, as intended
+            return x.astype(np.float64)
+    return _widen(x)
 
 
 def narrow(xp: Any, value: Array) -> Array:
     """float64 values rounded to nearest float32 (ties to even), subnormal results included."""
+    if xp is np:  # NumPy's conversion is IEEE's, subnormals included
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is intended
+            return np.asarray(value, dtype=np.float64).astype(np.float32)
     return _narrow(xp.asarray(value, dtype=xp.float64))
 
 

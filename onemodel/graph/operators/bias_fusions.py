@@ -4,6 +4,10 @@ BiasAdd (model_type "unet", on by default there) and GemmFastGelu (`enable_gemm_
 onnxruntime's CPU provider has no kernel for either, so a model holding them loads nowhere on a
 CPU but here; both are defined by the unfused graphs they replace (their tests compare with
 onnxruntime running those): BiasAdd = X + bias + skip, GemmFastGelu = FastGelu(X·W + bias).
+
+Exact mode: BiasAdd is (X + bias) + skip in float64 from exactly widened inputs, rounded once;
+GemmFastGelu the bits of its unfused sequence (the exact matmul rounded once, then FastGelu's
+exact recipe with the bias).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     MICROSOFT,
     Array,
@@ -33,6 +38,7 @@ class BiasAdd(Operator):
     """X (N, S, C) + bias (C,) + skip (N, S, C), summed widened and rounded once."""
 
     in_place_input = 0
+    supports_exact = True
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         self.check_types(ctx, FLOATS)
@@ -50,6 +56,11 @@ class BiasAdd(Operator):
         return [ctx.output(ctx.dtype(0), x)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            x, bias, skip = (widen(xp, value) for value in inputs[:3])
+            store(xp, outputs[0], (x + bias) + skip)
+            return
         xp = ctx.xp
         x, bias, skip = (widened(xp, value) for value in inputs[:3])
         with np.errstate(all="ignore"):
@@ -58,6 +69,8 @@ class BiasAdd(Operator):
 
 class GemmFastGelu(Operator):
     """FastGelu(X · W + bias): MatMul's shapes and kernel, then FastGelu's formula."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -82,7 +95,8 @@ class GemmFastGelu(Operator):
         (out,) = outputs
         batch = out.shape[: max(a.ndim, b.ndim) - 2]
         product = out.reshape(*batch, a.shape[-2], b.shape[-1])
-        ctx.kernels.matmul_arrays(a, b, product)
+        multiply = ctx.kernels.exact_matmul_arrays if ctx.exact else ctx.kernels.matmul_arrays
+        multiply(a, b, product)
         bias = inputs[2] if len(inputs) > 2 else None
         self.gelu.run(ctx, [out, bias], [out])
 

@@ -1,6 +1,8 @@
 """Exact mode's matrix product as a function: for the operators whose exact recipes contain
 matrix products (recurrent layers, attention, Einsum), so that every one goes through the
-backend's exact_matmul_arrays (docs/exact-mode.md: MatMul's definition) into float64."""
+backend's exact_matmul_arrays (docs/exact-mode.md: MatMul's definition): into float64
+(`exact_product`), or rounded once into float32 and widened (`float32_product`, the recurrent
+layers' products, which are then order-free and run at BLAS speed)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onemodel.backends.exact_arrays import ordered_sum
+from onemodel.backends.exact_gemm import ExactOperand, float32_rows, float32_values
 from onemodel.backends.ieee_float32 import widen
 
 Array = Any
@@ -21,6 +24,34 @@ def exact_product(kernels: Any, a: Array, b: Array) -> Array:
     out = xp.empty((*batch, a.shape[-2], b.shape[-1]), dtype=xp.float64)
     kernels.exact_matmul_arrays(a, b, out)
     return out
+
+
+def float32_product(kernels: Any, a: Array, b: Array | ExactOperand) -> Array:
+    """a @ b with both operands rounded to nearest float32 (exact for float32, float16 and
+    bfloat16 values), each element the exact dot product rounded once into float32 (MatMul's
+    definition: order-free, so one float64 BLAS product and the decision test), widened to
+    float64. `b` may be `float32_operand`'s prepared form of a constant right operand; then
+    finite 2-D rows take `float32_rows`' short path (the same value in fewer array calls)."""
+    xp = kernels.xp
+    left = float32_values(xp, a)
+    if isinstance(b, ExactOperand):
+        rows = float32_rows(xp, left, b)
+        if rows is not None:
+            return rows
+    right = b if isinstance(b, ExactOperand) else float32_values(xp, b)
+    batch = xp.broadcast_shapes(left.shape[:-2], _shape(right)[:-2])
+    out = xp.empty((*batch, left.shape[-2], _shape(right)[-1]), dtype=xp.float32)
+    kernels.exact_matmul_arrays(left, right, out)
+    return widen(xp, out)
+
+
+def float32_operand(kernels: Any, b: Array) -> ExactOperand:
+    """A right operand of `float32_product` (its K axis −2) rounded and prepared once."""
+    return kernels.exact_matmul_operand(float32_values(kernels.xp, b), -2)
+
+
+def _shape(x: Array | ExactOperand) -> tuple[int, ...]:
+    return x.finite.shape if isinstance(x, ExactOperand) else x.shape
 
 
 def exact_einsum(kernels: Any, terms: Sequence[str], output: str, inputs: Sequence[Array]) -> Array:

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 from onnx import TensorProto
 
+from onemodel.backends.exact_arrays import exp64, ordered_extremum, ordered_sum
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -29,6 +31,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.exact_products import exact_product
 from onemodel.graph.operators.strings import STRING, fill_from_host, string_array
 from onemodel.tensors import DType, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 
@@ -98,6 +101,31 @@ POST_TRANSFORMS: dict[str, Callable[[Any, Array], Array] | None] = {
 }
 
 
+def exact_logistic(xp: Any, v: Array) -> Array:
+    """logistic's formula with exp64 (float64 throughout)."""
+    e = exp64(xp, -xp.absolute(v))
+    return xp.where(v < 0, e / (e + 1), 1 / (e + 1))
+
+
+def exact_softmax(xp: Any, v: Array, zero_scores: bool = False) -> Array:
+    """Softmax's exact recipe along the last axis: the max, exp64(v − max), the ordered sum;
+    with `zero_scores` (SOFTMAX_ZERO) scores with |v| ≤ 1e-7 give 0 and are left out."""
+    axis = v.ndim - 1
+    e = exp64(xp, v - ordered_extremum(xp, v, (axis,), True)[..., None])
+    if zero_scores:
+        e = xp.where(xp.absolute(v) <= 1e-7, 0.0, e)
+    return e / ordered_sum(xp, e, (axis,))[..., None]
+
+
+# Exact mode's post transforms (PROBIT's float32 approximation has none: refused there).
+EXACT_POST_TRANSFORMS: dict[str, Callable[[Any, Array], Array] | None] = {
+    "NONE": None,
+    "LOGISTIC": exact_logistic,
+    "SOFTMAX": exact_softmax,
+    "SOFTMAX_ZERO": lambda xp, v: exact_softmax(xp, v, zero_scores=True),
+}
+
+
 def post_transform_of(node: NodeInfo, name: str) -> str:
     if name not in POST_TRANSFORMS:
         raise node.invalid(
@@ -107,17 +135,17 @@ def post_transform_of(node: NodeInfo, name: str) -> str:
     return name
 
 
-def transformed(xp: Any, scores: Array, name: str) -> Array:
-    transform = POST_TRANSFORMS[name]
+def transformed(xp: Any, scores: Array, name: str, exact: bool = False) -> Array:
+    transform = (EXACT_POST_TRANSFORMS if exact else POST_TRANSFORMS)[name]
     return scores if transform is None else transform(xp, scores)
 
 
-def regression_transformed(xp: Any, scores: Array, name: str) -> Array:
+def regression_transformed(xp: Any, scores: Array, name: str, exact: bool = False) -> Array:
     """The post_transform of the older regressors. With one score per row onnxruntime
     applies PROBIT and no other transform (not even LOGISTIC); followed so that scores agree."""
     if scores.shape[1] == 1 and name != "PROBIT":
         return scores
-    return transformed(xp, scores, name)
+    return transformed(xp, scores, name, exact)
 
 
 # -- ArrayFeatureExtractor, Binarizer --------------------------------------------------------
@@ -209,7 +237,10 @@ class LabelEncoderOp(Operator):
     and NaN matches nothing.
 
     Numeric-to-numeric maps run on the backend (a sorted search of the keys); maps with
-    strings on either side run on the host."""
+    strings on either side run on the host. Exact mode: float keys and inputs are compared as
+    float64 copies (so a flushing library keeps subnormals apart); the values are copied."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -287,7 +318,7 @@ class LabelEncoderOp(Operator):
         elif STRING in (self.keys.dtype, self.values.dtype):
             self._run_on_host(ctx, x, out)
         else:
-            self._run_search(ctx.xp, x, out)
+            self._run_search(ctx.kernels.xp if ctx.exact else ctx.xp, x, out, ctx.exact)
 
     def _run_classes(self, ctx: RunContext, x: Array, out: Array) -> None:
         if x.dtype == object:
@@ -312,8 +343,10 @@ class LabelEncoderOp(Operator):
         else:
             fill_from_host(ctx, out, np.array(mapped, dtype=out.dtype))
 
-    def _run_search(self, xp: Any, x: Array, out: Array) -> None:
+    def _run_search(self, xp: Any, x: Array, out: Array, exact: bool = False) -> None:
         keys, values = xp.asarray(self.sorted_keys), xp.asarray(self.sorted_values)
+        if exact and x.dtype.kind == "f":
+            keys, x = widen(xp, keys), widen(xp, x)
         if keys.size == 0:
             out[...] = self.default
         else:
@@ -844,10 +877,22 @@ class LinearModel(Operator):
             )
         return rows
 
-    def linear(self, xp: Any, x: Array) -> Array:
+    def linear(self, ctx: RunContext, x: Array) -> Array:
+        """X·Cᵀ + intercepts in float64. Exact mode: the product is exact_product's (the
+        ordered float64 sum over the features of exactly widened values), then one add."""
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
         rows = 1 if x.ndim == 1 else x.shape[0]
-        features = x.reshape(rows, x.shape[-1]).astype(xp.float64)
-        return features @ xp.asarray(self.coefficients.T) + xp.asarray(self.intercepts)
+        features = x.reshape(rows, x.shape[-1])
+        coefficients = xp.asarray(self.coefficients.T)
+        if ctx.exact:
+            product = exact_product(ctx.kernels, widen(xp, features), coefficients)
+        else:
+            product = features.astype(xp.float64) @ coefficients
+        return product + xp.asarray(self.intercepts)
+
+    def exact_allowed(self) -> None:
+        """Exact mode takes every post_transform but PROBIT (a float32 approximation)."""
+        self.supports_exact = self.transform != "PROBIT"  # type: ignore[misc]
 
 
 class LinearRegressorOp(LinearModel):
@@ -858,15 +903,17 @@ class LinearRegressorOp(LinearModel):
         super().__init__(node)
         self.linear_setup(node, int(node.attr("targets", 1)))
         self.transform = post_transform_of(node, node.attr("post_transform", "NONE"))
+        self.exact_allowed()
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         rows = self.check_features(ctx)
         return [ctx.output(DType.FLOAT, (rows, self.coefficients.shape[0]))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
-        scores = regression_transformed(xp, self.linear(xp, inputs[0]), self.transform)
-        xp.copyto(outputs[0], scores, casting="unsafe")
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        scores = self.linear(ctx, inputs[0])
+        scores = regression_transformed(xp, scores, self.transform, ctx.exact)
+        store(xp, outputs[0], scores)
 
 
 class LinearClassifierOp(LinearModel, Classifier):
@@ -883,6 +930,7 @@ class LinearClassifierOp(LinearModel, Classifier):
         count = len(intercepts) if intercepts else len(self.labels)
         self.linear_setup(node, count)
         self.transform = post_transform_of(node, node.attr("post_transform", "NONE"))
+        self.exact_allowed()
         self.binary = count == 1
         if (self.binary and len(self.labels) != 2) or (
             not self.binary and len(self.labels) != count
@@ -898,21 +946,21 @@ class LinearClassifierOp(LinearModel, Classifier):
         return [ctx.output(self.label_type, (rows,)), ctx.output(DType.FLOAT, (rows, columns))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
-        scores = self.linear(xp, inputs[0])
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        scores = self.linear(ctx, inputs[0])
         if scores.shape[1] == 1:
             chosen = (scores[:, 0] > 0).astype(xp.int64)
         else:
-            chosen = scores.argmax(axis=1)
+            chosen = scores.argmax(axis=1)  # the first largest: a selection
         if self.binary:
             s = scores[:, 0]
             if self.transform in ("LOGISTIC", "PROBIT"):
-                s = transformed(xp, s, self.transform)
+                s = transformed(xp, s, self.transform, ctx.exact)
             scores = xp.stack([1 - s, s], axis=1)
         else:
-            scores = transformed(xp, scores, self.transform)
+            scores = transformed(xp, scores, self.transform, ctx.exact)
         self.write_labels(ctx, chosen, outputs[0], self.labels)
-        xp.copyto(outputs[1], scores, casting="unsafe")
+        store(xp, outputs[1], scores)
 
 
 # -- Normalizer, Scaler, OneHotEncoder, Imputer ----------------------------------------------
@@ -921,7 +969,10 @@ class LinearClassifierOp(LinearModel, Classifier):
 class NormalizerOp(Operator):
     """Each row ([N, C], or the whole of [C]) divided by its max (MAX), its sum of absolute
     values (L1) or its Euclidean norm (L2), signs kept; a row whose divisor is 0 is copied.
-    Output float."""
+    Output float. Exact mode: in float64 from exactly widened values, the sums ordered
+    (exact_arrays.ordered_sum), rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -935,23 +986,29 @@ class NormalizerOp(Operator):
         return [ctx.output(DType.FLOAT, ctx.shape(0))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
-        x = inputs[0].astype(xp.float64)
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        x = widen(xp, inputs[0]) if ctx.exact else inputs[0].astype(xp.float64)
         if x.shape[-1] == 0:
             return
+        total = (lambda v: ordered_sum(xp, v, (v.ndim - 1,))[..., None]) if ctx.exact else (
+            lambda v: v.sum(axis=-1, keepdims=True)
+        )  # fmt: skip
         if self.norm == "MAX":
             divisor = x.max(axis=-1, keepdims=True)
         elif self.norm == "L1":
-            divisor = xp.abs(x).sum(axis=-1, keepdims=True)
+            divisor = total(xp.abs(x))
         else:
-            divisor = xp.sqrt((x * x).sum(axis=-1, keepdims=True))
+            divisor = xp.sqrt(total(x * x))
         safe = xp.where(divisor == 0, 1.0, divisor)
-        xp.copyto(outputs[0], x / safe, casting="unsafe")
+        store(xp, outputs[0], x / safe)
 
 
 class ScalerOp(Operator):
     """(x - offset) * scale along the last axis, each of length 1 or the feature count.
-    Output float."""
+    Output float. Exact mode: the same two float64 operations on exactly widened values,
+    rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -972,9 +1029,9 @@ class ScalerOp(Operator):
         return [ctx.output(DType.FLOAT, shape)]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
-        result = (inputs[0].astype(xp.float64) - xp.asarray(self.offset)) * xp.asarray(self.scale)
-        xp.copyto(outputs[0], result, casting="unsafe")
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        x = widen(xp, inputs[0]) if ctx.exact else inputs[0].astype(xp.float64)
+        store(xp, outputs[0], (x - xp.asarray(self.offset)) * xp.asarray(self.scale))
 
 
 class OneHotEncoderOp(Operator):

@@ -6,10 +6,13 @@ loop over the time steps, vectorised over batch and hidden units. Work is in flo
 for double inputs), float16 and bfloat16 rounded once into the outputs.
 
 Exact mode computes everything in float64 (inputs widened exactly): every matrix product by
-exact_matmul_arrays into float64, the activations by their exact float64 formulas
-(exact_activations.py), the sums and products of the cell equations as written below, each one
-correctly rounded float64 operation in that order; Y, Y_h and Y_c are rounded once from the
-float64 states, which carry over from step to step unrounded.
+exact_matmul_arrays of its operands rounded to float32 (the state h rounds there; X, W and R
+are float32 values already), each element rounded once into float32 and widened
+(`float32_product`: order-free, so BLAS speed; float64 layers keep the ordered float64
+product), the activations by their exact float64 formulas (exact_activations.py), the sums and
+products of the cell equations as written below, each one correctly rounded float64 operation
+in that order; Y, Y_h and Y_c are rounded once from the float64 states, which carry over from
+step to step unrounded.
 
 `sequence_lens` gives each batch entry its own length L ≤ seq_length: its steps from L on are
 zero in Y and leave the state alone, so Y_h (and Y_c) hold the state after its last valid step
@@ -29,7 +32,7 @@ from typing import Any, ClassVar
 
 from onemodel.backends import exact_activations
 from onemodel.backends import recurrent as recurrent_cells
-from onemodel.backends.exact_elementary import expm1_64, tanh64
+from onemodel.backends.exact_elementary import expm1_64, sigmoid_and_tanh64, tanh64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
@@ -41,7 +44,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.binary import check_same_type
-from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.exact_products import exact_product, float32_operand, float32_product
 from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import DType
 
@@ -108,16 +111,26 @@ class Activation:
         return Activation(self.exact_formula, self.alpha, self.beta, self.exact_formula)
 
 
+def _as_given(operand: Array) -> Array:
+    """Fast mode's `prepare`: the operand as it is."""
+    return operand
+
+
 @dataclass(frozen=True, slots=True)
 class DirectionWeights:
     """What one direction's steps read: Rᵀ, the recurrence bias Rb and the peepholes P, and
     the matrix product to use (exact mode's, or the library's)."""
 
-    recurrence: Array  # [H, gates·H]
+    recurrence: Array  # [H, gates·H], or its prepared exact operand (exact mode)
     bias: Array  # [gates·H]
     peepholes: Array | None  # [3·H] (LSTM only)
     activations: tuple[Activation, ...]
     matmul: Callable[[Array, Array], Array]
+    # Exact mode with the default activations and no clip (`fusable`): a step may evaluate
+    # several of them in one call of the same bits (sigmoid_and_tanh64).
+    exact_defaults: bool = False
+    # A constant right operand of `matmul` made ready once (exact mode's prepared form).
+    prepare: Callable[[Array], Any] = _as_given
 
 
 def _optional(inputs: Sequence[Array | None], index: int) -> Array | None:
@@ -295,7 +308,12 @@ class Recurrent(PreparesConstants):
         lengths = self._lengths(_optional(inputs, _LENGTHS), x.shape[0])
         y = self._time_major(outputs, 0, (1, 2, 0, 3))
         finals = [self._time_major(outputs, k, (1, 0, 2)) for k in range(1, 1 + self.states)]
-        matmul = functools.partial(exact_product, ctx.kernels) if ctx.exact else xp.matmul
+        matmul, prepare = xp.matmul, None
+        if ctx.exact and inputs[_X].dtype == xp.float64:  # products not exact in float64
+            matmul = functools.partial(exact_product, ctx.kernels)
+        elif ctx.exact:
+            matmul = functools.partial(float32_product, ctx.kernels)
+            prepare = functools.partial(float32_operand, ctx.kernels)
         fused = (
             not ctx.exact
             and self.fusable
@@ -307,7 +325,7 @@ class Recurrent(PreparesConstants):
                 if fused:
                     state = self._run_fused(ctx, prepared, inputs, x, d, y, cast)
                 else:
-                    weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact)
+                    weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact, prepare)
                     state = self._run_direction(ctx, inputs, x, d, lengths, y, weights, cast)
                 for final, value in zip(finals, state, strict=True):
                     if final is not None:
@@ -329,8 +347,10 @@ class Recurrent(PreparesConstants):
         xp = ctx.kernels.xp if ctx.exact else ctx.xp
         steps, batch, hidden = x.shape[0], x.shape[1], inputs[_R].shape[2]
         size = self.gates * hidden
-        if ctx.exact:
-            projected = weights.matmul(x, cast(inputs[_W][d]).T)
+        if ctx.exact:  # one product of every step's rows, as a 2-D product
+            rows = x.reshape(steps * batch, x.shape[2])
+            projected = weights.matmul(rows, weights.prepare(cast(inputs[_W][d]).T))
+            projected = projected.reshape(steps, batch, size)
         else:
             # One GEMM over every time step (a [T, B, I] operand would make T products), into
             # the run's scratch: a fresh array of this size (1.6 MB for 100 steps of 8 × 4·128)
@@ -425,18 +445,22 @@ class Recurrent(PreparesConstants):
         cast: Callable[[Array], Array],
         matmul: Callable[[Array, Array], Array],
         exact: bool,
+        prepare: Callable[[Array], Any] | None = None,
     ) -> DirectionWeights:
+        """What direction d's steps read; `prepare` makes Rᵀ a constant exact operand once."""
         size = self.gates * inputs[_R].shape[2]
         bias = _optional(inputs, _B)
         peepholes = _optional(inputs, _P)
         recurrence = cast(inputs[_R][d])
         activations = self.activations[d]
         return DirectionWeights(
-            recurrence.T,
+            recurrence.T if prepare is None else prepare(recurrence.T),
             xp.zeros(size, dtype=recurrence.dtype) if bias is None else cast(bias[d, size:]),
             None if peepholes is None else cast(peepholes[d]),
             tuple(a.exact() for a in activations) if exact else activations,
             matmul,
+            exact and self.fusable,
+            prepare or _as_given,
         )
 
     def clipped(self, xp: Any, x: Array) -> Array:
@@ -524,9 +548,13 @@ class LSTMOp(Recurrent):
         p = weights.peepholes
         if p is None and not self.input_forget:
             # i, o and f are adjacent and take the same function: one call for the three.
-            iof = f(xp, self.clipped(xp, gates[:, : 3 * size]))
+            if weights.exact_defaults:
+                iof, cell = sigmoid_and_tanh64(xp, gates, 3 * size)
+            else:
+                iof = f(xp, self.clipped(xp, gates[:, : 3 * size]))
+                cell = g(xp, self.clipped(xp, gates[:, 3 * size :]))
             i, o, forget = (iof[:, k * size : (k + 1) * size] for k in range(3))
-            c = forget * c + i * g(xp, self.clipped(xp, gates[:, 3 * size :]))
+            c = forget * c + i * cell
             return o * activation_h(xp, c), c
         i, o, forget, cell = (gates[:, k * size : (k + 1) * size] for k in range(4))
         if p is not None:

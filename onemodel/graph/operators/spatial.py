@@ -211,7 +211,12 @@ class MaxUnpoolOp(Operator):
     of the unpooled shape (N, C, (in - 1) * stride - pads + kernel ...). Indices count over
     that whole tensor. With output_shape, that tensor fills the top-left corner of a zero
     tensor of output_shape: the conformance data (and the reference) say so, where
-    onnxruntime counts the indices over output_shape instead."""
+    onnxruntime counts the indices over output_shape instead.
+
+    Exact mode defines repeated indices: the last of them in X's row-major order wins (the
+    winners found by a stable sort, then one scatter to distinct places: any backend)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -291,7 +296,13 @@ class MaxUnpoolOp(Operator):
             )
         if out.shape != unpooled:
             indices = xp.ravel_multi_index(xp.unravel_index(indices, unpooled), out.shape)
-        out.reshape(-1)[indices] = data.reshape(-1)
+        values = data.reshape(-1)
+        if ctx.exact:  # the last of repeated indices wins: one scatter to distinct places
+            order = xp.argsort(indices, kind="stable")
+            places = indices[order]
+            last = xp.concatenate([places[1:] != places[:-1], xp.ones(1, dtype=bool)])
+            indices, values = places[last], values[order[last]]
+        out.reshape(-1)[indices] = values
 
 
 # -- CenterCropPad ---------------------------------------------------------------------------

@@ -4,8 +4,12 @@ Each node updates one or more tensors at once. Its inputs are the learning rate 
 count T (scalars), then the tensors grouped by role: every X, then every gradient G, then every
 tensor of each optimizer state (Adagrad: H; Adam: V, H; Momentum: V). Its outputs follow the
 same grouping: every new X, then every new state tensor. The update is element-wise and the
-same for each tensor; it is computed in the tensors' own type (float or double). G and the
-state tensors must have their X's shape (the spec's broadcasting would let a state outgrow X).
+same for each tensor; it is computed in the tensors' own type (float or double), one rounded
+operation at a time, each an `xp` call (so exact mode's namespace keeps float32 subnormals on a
+flushing library): a fixed sequence of correctly rounded operations, exact mode's definition
+too, but for Adam's powers αᵀ and βᵀ, which exact mode takes as pow64 rounded once into the
+type. G and the state tensors must have their X's shape (the spec's broadcasting would let a
+state outgrow X).
 
 Gradient, the domain's other operator, differentiates the graph around its node; it is
 expanded into ordinary nodes before compiling (onemodel/graph/gradient.py), with the two internal
@@ -19,6 +23,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from onemodel.backends.exact_elementary import pow64
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -48,6 +54,7 @@ class TensorUpdate(NamedTuple):
     gradient: Array
     states: list[Array]
     outputs: list[Array]
+    exact: bool = False
 
     def scalar(self, value: float) -> Any:
         """A number as a scalar of X's type, so that arithmetic stays in that type."""
@@ -58,6 +65,8 @@ class OptimizerStep(Operator):
     """The shared part: grouping of the variadic inputs and outputs, their checks, and the
     scalar learning rate and update count. Subclasses name their state tensors and implement
     `update` for one optimized tensor."""
+
+    supports_exact = True
 
     state_names: ClassVar[tuple[str, ...]]
     norm_coefficient_required: ClassVar[bool] = False  # else it defaults to 0
@@ -118,9 +127,11 @@ class OptimizerStep(Operator):
         step = inputs[1].reshape(())
         for k in range(self.count):
             x, gradient, *states = inputs[2 + k :: self.count]
-            regularized = gradient + dtype.type(self.norm_coefficient) * x
+            regularized = xp.add(gradient, xp.multiply(dtype.type(self.norm_coefficient), x))
             self.update(
-                TensorUpdate(xp, rate, step, x, regularized, states, outputs[k :: self.count])
+                TensorUpdate(
+                    xp, rate, step, x, regularized, states, outputs[k :: self.count], ctx.exact
+                )
             )
 
     def update(self, t: TensorUpdate) -> None:
@@ -142,10 +153,11 @@ class AdagradOp(OptimizerStep):
         xp, x, gradient, scalar = t.xp, t.x, t.gradient, t.scalar
         (h,) = t.states
         x_new, h_new = t.outputs
-        xp.add(h, gradient * gradient, out=h_new)
-        rate = t.rate / (scalar(1) + t.step.astype(x.dtype) * scalar(self.decay_factor))
-        denominator = xp.sqrt(h_new) + scalar(self.epsilon)
-        xp.subtract(x, rate * gradient / denominator, out=x_new)
+        xp.add(h, xp.multiply(gradient, gradient), out=h_new)
+        decay = xp.multiply(t.step.astype(x.dtype), scalar(self.decay_factor))
+        rate = xp.divide(t.rate, xp.add(scalar(1), decay))
+        denominator = xp.add(xp.sqrt(h_new), scalar(self.epsilon))
+        xp.subtract(x, xp.divide(xp.multiply(rate, gradient), denominator), out=x_new)
 
 
 class AdamOp(OptimizerStep):
@@ -167,14 +179,29 @@ class AdamOp(OptimizerStep):
         v, h = t.states
         x_new, v_new, h_new = t.outputs
         alpha, beta = scalar(self.alpha), scalar(self.beta)
-        xp.add(alpha * v, (scalar(1) - alpha) * gradient, out=v_new)
-        xp.add(beta * h, (scalar(1) - beta) * (gradient * gradient), out=h_new)
+        one = scalar(1)
+        xp.add(xp.multiply(alpha, v), xp.multiply(one - alpha, gradient), out=v_new)
+        squares = xp.multiply(gradient, gradient)
+        xp.add(xp.multiply(beta, h), xp.multiply(one - beta, squares), out=h_new)
         counted = xp.maximum(t.step, 1).astype(x.dtype)  # T ≤ 0 takes R as it is
         with np.errstate(divide="ignore", invalid="ignore"):
-            correction = xp.sqrt(scalar(1) - beta**counted) / (scalar(1) - alpha**counted)
-        rate = xp.where(t.step > 0, t.rate * correction, t.rate)
-        xp.subtract(x, rate * (v_new / (xp.sqrt(h_new) + scalar(self.epsilon))), out=x_new)
-        xp.multiply(x_new, scalar(1) - scalar(self.norm_coefficient_post), out=x_new)
+            root = xp.sqrt(xp.subtract(one, self._power(t, self.beta, counted)))
+            correction = xp.divide(root, xp.subtract(one, self._power(t, self.alpha, counted)))
+        rate = xp.where(t.step > 0, xp.multiply(t.rate, correction), t.rate)
+        step = xp.divide(v_new, xp.add(xp.sqrt(h_new), scalar(self.epsilon)))
+        xp.subtract(x, xp.multiply(rate, step), out=x_new)
+        xp.multiply(x_new, one - scalar(self.norm_coefficient_post), out=x_new)
+
+    @staticmethod
+    def _power(t: TensorUpdate, base: float, exponent: Array) -> Array:
+        """baseᵀ in X's type: the library's power, or (exact mode) pow64 rounded once."""
+        if not t.exact:
+            return t.scalar(base) ** exponent
+        xp = t.xp
+        wide = pow64(xp, xp.asarray(float(t.scalar(base)), dtype=xp.float64), widen(xp, exponent))
+        target = xp.empty(wide.shape, dtype=t.x.dtype)
+        store(xp, target, wide)
+        return target
 
 
 class MomentumOp(OptimizerStep):
@@ -200,9 +227,11 @@ class MomentumOp(OptimizerStep):
         x_new, v_new = t.outputs
         alpha = scalar(self.alpha)
         beta = xp.where(t.step > 0, scalar(self.beta), scalar(1)).astype(x.dtype)
-        xp.add(alpha * v, beta * gradient, out=v_new)
-        direction = v_new if self.mode == "standard" else gradient + alpha * v_new
-        xp.subtract(x, t.rate * direction, out=x_new)
+        xp.add(xp.multiply(alpha, v), xp.multiply(beta, gradient), out=v_new)
+        direction = v_new
+        if self.mode == "nesterov":
+            direction = xp.add(gradient, xp.multiply(alpha, v_new))
+        xp.subtract(x, xp.multiply(t.rate, direction), out=x_new)
 
 
 class OnesLikeOp(Operator):
