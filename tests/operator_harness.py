@@ -23,6 +23,20 @@ from onemodel.graph.operators.base import Constant, InferContext, NodeInfo, RunC
 from onemodel.tensors import onnx_code_for_numpy
 
 
+def _as_stored(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes as a model stores them: ONNX's FLOAT and FLOATS are float32, so 0.1
+    reaches an operator as 0.10000000149011612, as it does through the importer."""
+
+    def stored(value: Any) -> Any:
+        if isinstance(value, float):
+            return float(np.float32(value))
+        if isinstance(value, list) and value and all(isinstance(v, float) for v in value):
+            return [float(np.float32(v)) for v in value]
+        return value
+
+    return {name: stored(value) for name, value in attributes.items()}
+
+
 def run_node(
     op_type: str,
     inputs: Sequence[np.ndarray | None],
@@ -42,7 +56,7 @@ def run_node(
     names = tuple(f"in{i}" if x is not None else "" for i, x in enumerate(inputs))
     node = NodeInfo(
         f"{op_type.lower()}_node", op_type, domain, opset, names,
-        tuple(f"out{i}" for i in range(outputs)), dict(attributes or {}),
+        tuple(f"out{i}" for i in range(outputs)), _as_stored(attributes or {}),
     )  # fmt: skip
     operator = definition.factory(node)
     kernels = KernelPaths.get(backend)

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from conformance_cases import case_params, node_cases, run_case
+from exact_oracle import batched_oracle
 from operator_harness import assert_matches_onnxruntime, refused, run_node
 
 from onemodel.errors import ErrorKind
@@ -104,19 +105,11 @@ def test_matmul_refuses_mismatched_shapes() -> None:
     refused(ErrorKind.INVALID_MODEL, "MatMul", [np.ones((2, 2), np.int32)] * 2, opset=1)
 
 
-def canonical_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Σ_k in order k = 0..K−1 in float64, one rounding to float32."""
-    total = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]))
-    for k in range(a.shape[-1]):
-        total += a[..., :, k, None].astype(np.float64) * b[..., None, k, :].astype(np.float64)
-    return total.astype(np.float32)
-
-
-def test_exact_matmul_is_the_canonical_order() -> None:
+def test_exact_matmul_is_the_correctly_rounded_exact_product() -> None:
     a = (normal(2, 3, 50) * np.float32(1e4)).astype(np.float32)
     b = normal(50, 4)
     (result,) = run_node("MatMul", [a, b], opset=13, exact=True)
-    np.testing.assert_array_equal(result, canonical_product(a, b))
+    np.testing.assert_array_equal(result, batched_oracle(a, b))
 
 
 @pytest.mark.parametrize("trans_a", [0, 1])
@@ -130,10 +123,12 @@ def test_gemm_matches_onnxruntime(trans_a: int, trans_b: int, c_shape: tuple | N
     assert_matches_onnxruntime("Gemm", [a, b, c], attributes, opset=13)
 
 
-def test_gemm_epilogue_is_separate_roundings_in_exact_mode() -> None:
-    a, b, c = normal(3, 40), normal(40, 2), normal(2)
+@pytest.mark.parametrize("seed", range(12))
+def test_gemm_epilogue_is_separate_roundings_in_exact_mode(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b, c = (rng.standard_normal(shape).astype(np.float32) for shape in [(3, 40), (40, 2), (2,)])
     (result,) = run_node("Gemm", [a, b, c], {"alpha": 0.1, "beta": 3.0}, exact=True)
-    scaled = (canonical_product(a, b).astype(np.float64) * np.float32(0.1)).astype(np.float32)
+    scaled = (batched_oracle(a, b).astype(np.float64) * np.float32(0.1)).astype(np.float32)
     expected = scaled + (c.astype(np.float64) * 3.0).astype(np.float32)
     np.testing.assert_array_equal(result, expected)
 
@@ -242,6 +237,15 @@ def test_conv_transpose_matches_onnxruntime(case: str) -> None:
     w = normal(*w_shape)
     inputs = [normal(*x_shape), w, normal(w_shape[1] * attributes.get("group", 1))]
     assert_matches_onnxruntime("ConvTranspose", inputs, attributes, opset=11, rtol=1e-4)
+
+
+def canonical_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ_k in order k = 0..K−1 in float64, one rounding to float32 (the reference backend's
+    order)."""
+    total = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]))
+    for k in range(a.shape[-1]):
+        total += a[..., :, k, None].astype(np.float64) * b[..., None, k, :].astype(np.float64)
+    return total.astype(np.float32)
 
 
 def test_reference_backend_convolves_in_the_canonical_order() -> None:
