@@ -474,6 +474,40 @@ def test_batch_normalization_matches_onnxruntime(opset: int, x_shape: tuple) -> 
     assert_matches_onnxruntime("BatchNormalization", inputs, {"epsilon": 1e-3}, opset=opset)
 
 
+@pytest.mark.parametrize("x_type", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("exact", [False, True])
+def test_batch_normalization_constant_parameters_prepared_alike(x_type: type, exact: bool) -> None:
+    """Constant scale, B, mean and var (prepared once per plan in fast mode) give the bits
+    the same parameters fed as inputs give."""
+    from onemodel.session import ExecutionMode, Session, SessionOptions
+
+    x, *parameters = batch_norm_inputs((2, 3, 4, 5))
+    x = x.astype(x_type)
+    names = ["scale", "B", "mean", "var"]
+    node = onnx.helper.make_node("BatchNormalization", ["x", *names], ["y"], epsilon=1e-3)
+    x_type_proto = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(x_type))
+    x_info = onnx.helper.make_tensor_value_info("x", x_type_proto, x.shape)
+    y_info = onnx.helper.make_tensor_value_info("y", x_type_proto, x.shape)
+    param_infos = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, (3,))
+                   for n in names]  # fmt: skip
+    initializers = [
+        onnx.numpy_helper.from_array(p, n) for p, n in zip(parameters, names, strict=True)
+    ]
+    opset = [onnx.helper.make_opsetid("", 15)]
+    constant = onnx.helper.make_model(
+        onnx.helper.make_graph([node], "c", [x_info], [y_info], initializers), opset_imports=opset
+    )
+    fed = onnx.helper.make_model(
+        onnx.helper.make_graph([node], "f", [x_info, *param_infos], [y_info]), opset_imports=opset
+    )
+    options = SessionOptions(mode=ExecutionMode.EXACT if exact else ExecutionMode.FAST)
+    (from_constants,) = Session.load(constant.SerializeToString(), options).run(None, {"x": x})
+    feeds = {"x": x, **dict(zip(names, parameters, strict=True))}
+    (from_inputs,) = Session.load(fed.SerializeToString(), options).run(None, feeds)
+    assert from_constants.dtype == x_type
+    np.testing.assert_array_equal(from_constants, from_inputs)
+
+
 def test_batch_normalization_per_element_before_opset_9() -> None:
     x = normal(2, 3, 4)
     scale, bias, mean = normal(3, 4), normal(3, 4), normal(3, 4)

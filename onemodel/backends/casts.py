@@ -40,11 +40,14 @@ def fast_cast(xp: Any, x: Any, out: Any) -> bool:
     Large host arrays convert a block of blocking.BLOCK elements at a time: the passes of the
     bit-operation conversions and their temporaries then stay in cache, and no temporary is
     large enough to be mapped and unmapped (page faults) in every call (float32 to float16 at
-    4M elements: 1521 page faults a call before)."""
+    4M elements: 1521 page faults a call before). A one-pass conversion (a plain copy) is not
+    blocked: there the extra calls only cost (int32 to int64 at 4M elements 4.4 ms whole against
+    5.2 ms blocked, AMD EPYC)."""
     with quiet():  # overflow to infinity is the intended result
         if (
             xp is not np
             or x.size <= blocking.BLOCKED_ABOVE
+            or not _several_passes(x.dtype, out.dtype)
             or not (x.flags.c_contiguous and out.flags.c_contiguous)
         ):
             return _fast_cast(xp, x, out)
@@ -54,6 +57,12 @@ def fast_cast(xp: Any, x: Any, out: Any) -> bool:
             _fast_cast(xp, flat_x[start : start + block], flat_out[start : start + block])
             for start in range(0, x.size, block)
         )
+
+
+def _several_passes(source: Any, target: Any) -> bool:
+    """Whether `_fast_cast` converts source to target in several passes on the host: to or
+    from float16 (bit operations) and float to integer (a range check first)."""
+    return np.float16 in (source, target) or (source.kind == "f" and target.kind in "iu")
 
 
 def _fast_cast(xp: Any, x: Any, out: Any) -> bool:
