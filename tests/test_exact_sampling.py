@@ -1,15 +1,17 @@
-"""Exact mode of the operators that sample or select at data-dependent places:
-NonMaxSuppression, RoiAlign, DeformConv and FlexAttention. Each gives numpy-reference's bits
-on "numpy" and on the flushing checked-device stand-in (CuPy under the gpu mark), with inputs
-that reach the float32 subnormal range where the operator multiplies; NonMaxSuppression also
-equals a plain-Python oracle of its documented float64 IoU test (docs/exact-mode.md).
+"""Exact mode of NonMaxSuppression, RoiAlign and DeformConv (which sample or select at
+data-dependent places) and of FlexAttention (whose modifiers are subgraphs). Each gives
+numpy-reference's bits on "numpy" and on the flushing checked-device stand-in (CuPy under the
+gpu mark), with inputs that reach the float32 subnormal range where the operator multiplies;
+NonMaxSuppression also equals a plain-Python oracle of its documented float64 IoU test
+(docs/exact-mode.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from tests.operator_harness import one_node_model
 from tests.test_exact_operators import assert_bits, exact_run
@@ -81,7 +83,31 @@ def _cases() -> dict[str, tuple[str, list, dict, int, int]]:
             19,
             TensorProto.FLOAT,
         ),
+        "flex_attention_gqa": (
+            "FlexAttention",
+            [normal(1, 4, 5, 8), normal(1, 2, 7, 8), normal(1, 2, 7, 6)],
+            {"scale": 0.3},
+            1,
+            TensorProto.FLOAT,
+        ),
+        "flex_attention_score_mod": (
+            "FlexAttention",
+            [normal(2, 2, 3, 4, scale=3.0), normal(2, 2, 6, 4), normal(2, 2, 6, 4)],
+            {"score_mod": _tanh_body()},
+            1,
+            TensorProto.FLOAT,
+        ),
     }
+
+
+def _tanh_body() -> onnx.GraphProto:
+    """A score_mod that soft-caps the scores: tanh(s)."""
+    return helper.make_graph(
+        [helper.make_node("Tanh", ["s"], ["t"])],
+        "score_mod",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
 
 
 CASES = _cases()
@@ -93,6 +119,8 @@ def _run(name: str, backend: str) -> list[np.ndarray]:
     model, feeds = one_node_model(
         op_type, inputs, attributes, opset=opset, domain=domain, output_types=[output_type]
     )
+    if domain:  # a modifier body's nodes are of the default domain
+        model.opset_import.append(helper.make_opsetid("", 23))
     return exact_run(model, feeds, backend)
 
 
