@@ -21,7 +21,7 @@ from onemodel.backends import exact_activations
 from onemodel.backends.exact_arrays import exp64
 from onemodel.backends.exact_elementary import tanh64
 from onemodel.backends.fp_errors import quiet
-from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.ieee_float32 import narrow, store, widen
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
@@ -450,7 +450,16 @@ class FlexAttentionOp(DotProductAttention):
     narrower types. The optional score_mod and prob_mod subgraphs map the (B, Hq, L, S) scores
     and probabilities, fed in softmax_precision; they run as nested executors of the session
     (values they read from enclosing graphs follow Q, K and V as extra inputs).
+
+    Exact: Attention's recipe (ExactAttentionMath: float64 from exactly widened Q, K and V,
+    Q·√scale and K·√scale one product each with √scale rounded to the inputs' type, the
+    scores and probabilities · V by the exact matmul into float64, the exact masked softmax),
+    whatever softmax_precision says; a modifier subgraph is fed its values rounded once into
+    softmax_precision, runs exactly, and its result is widened exactly back to float64; the
+    output rounded once.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -491,28 +500,36 @@ class FlexAttentionOp(DotProductAttention):
             precision = numpy_dtype_for_onnx(self.softmax_type)
         compute = xp.float64 if precision == np.float64 else xp.float32
         root = self._root_scale(self.scale, q.shape[-1], q.dtype)
-        ops = AttentionMath(xp, compute)
-        scores = self._grouped_scores(xp, self._scaled(ops, q, root), self._scaled(ops, k, root))
+        ops = ExactAttentionMath(ctx.kernels) if ctx.exact else AttentionMath(xp, compute)
+        xp = ops.xp
+        q, k = self._scaled(ops, q, root), self._scaled(ops, k, root)
+        scores = self._grouped_scores(xp, q, k, ops.matmul)
         captured = dict(zip(self.node.captured, inputs[3:], strict=True))
         if self.score_mod is not None:
             scores = self._modified(ctx, self.score_mod, scores, precision, captured)
-        probs = self._softmax(xp, scores) if scores.shape[-1] else scores
+        probs = ops.softmax(scores) if scores.shape[-1] else scores
         if self.prob_mod is not None:
             probs = self._modified(ctx, self.prob_mod, probs, precision, captured)
-        outputs[0][...] = self._grouped_values(xp, probs, v.astype(compute))
+        ops.store(outputs[0], self._grouped_values(xp, probs, ops.cast(v), ops.matmul))
 
     def _modified(
         self, ctx: RunContext, body: Any, values: Array, precision: Any, captured: dict
     ) -> Array:
-        """The body applied to `values` (given in softmax_precision), in the working type."""
+        """The body applied to `values` (given in softmax_precision), in the working type
+        (exact: rounded once into softmax_precision, the result widened exactly)."""
         first, *outer = body.input_names
-        feeds = {first: values.astype(precision), **{name: captured[name] for name in outer}}
+        given = values.astype(precision)
+        if ctx.exact and precision == np.float32:
+            given = narrow(ctx.kernels.xp, values)
+        feeds = {first: given, **{name: captured[name] for name in outer}}
         (result,) = body.run_named(feeds, ctx.guard)
         if tuple(result.shape) != values.shape:
             raise self.node.bad_input(
                 f"FlexAttention: a modifier subgraph turned shape {values.shape} into "
                 f"{tuple(result.shape)}"
             )
+        if ctx.exact:
+            return widen(ctx.kernels.xp, result)
         return result.astype(values.dtype)
 
 

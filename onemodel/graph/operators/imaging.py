@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -30,6 +31,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.conv import Placement, SlidingWindows
+from onemodel.graph.operators.exact_products import exact_product, float32_product
 from onemodel.graph.operators.selection import DataDependentOperator
 from onemodel.tensors import DType
 
@@ -41,7 +43,18 @@ class DeformConvOp(Operator):
     + offset[n, g, k, p]) over the input channels c of o's group and the kernel taps k, where g
     is c's offset group. Offsets are laid out (offset_group, *kernel, spatial axis) along
     axis 1; a sample between input elements interpolates its 2ⁿ neighbours, and neighbours
-    outside the input count as zero."""
+    outside the input count as zero.
+
+    Exact: the sampling in float64 from exactly widened X, offsets and mask, one operation
+    each as `_columns` writes it (position = offset + origin; f = position − floor; a
+    corner's weight the product from 1 of its axes' f or 1 − f in axis order, times the mask;
+    each column the sum from +0 of where(inside, value·weight, 0) over the corners in
+    row-major (0, 1)ⁿ order); then Conv's product: the columns rounded to float32 and W ·
+    columns per group by the exact matmul, each element the exact dot product rounded once
+    into float32 (float64: both in float64, the ordered float64 sum); the bias one float64
+    add; rounded once into the output."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -98,6 +111,10 @@ class DeformConvOp(Operator):
         (out,) = outputs
         xp = ctx.xp
         compute = xp.float64 if x.dtype == np.float64 else xp.float32
+        if ctx.exact:
+            xp, compute = ctx.kernels.xp, np.float64
+            x, w, offset = (widen(xp, a) for a in (x, w, offset))
+            bias, mask = (None if a is None else widen(xp, a) for a in (bias, mask))
         batch = x.shape[0]
         kernel = tuple(w.shape[2:])
         placement = self.windows.place(tuple(x.shape[2:]), kernel)
@@ -107,9 +124,16 @@ class DeformConvOp(Operator):
         columns = columns.reshape(batch, self.offset_group, taps, positions, -1)
         columns = columns.transpose(0, 1, 4, 2, 3).reshape(batch, self.group, -1, positions)
         weights = w.astype(compute, copy=False).reshape(self.group, w.shape[0] // self.group, -1)
-        result = xp.matmul(weights, columns).reshape(out.shape)
+        if ctx.exact:
+            product = exact_product if out.dtype == np.float64 else float32_product
+            result = product(ctx.kernels, weights, columns).reshape(out.shape)
+        else:
+            result = xp.matmul(weights, columns).reshape(out.shape)
         if bias is not None:
             result += bias.astype(compute).reshape(1, -1, *(1,) * len(kernel))
+        if ctx.exact:
+            store(xp, out, result)
+            return
         xp.copyto(out, result, casting="unsafe")
 
     def _columns(

@@ -805,7 +805,16 @@ class SampleTaps:
 class RoiAlignOp(Operator):
     """RoiAlign (10: legacy output_half_pixel coordinates; 16: coordinate_transformation_mode,
     half_pixel by default). Max mode takes the largest weighted tap of each sampling point, as
-    the reference and onnxruntime do."""
+    the reference and onnxruntime do.
+
+    Exact: the sampling points, taps and weights are host float64 arithmetic in the order
+    `axis_samples` writes (avg: each axis weight (1 − f)·(1/count) or f·(1/count)), a tap's
+    weight wy·wx; in float64 from the exactly widened input, each sampling point the sum of
+    its four taps' value·weight in the order (low y, low x), (low y, high x), (high y, low x),
+    (high y, high x); avg adds the points from +0 in row-major point order, max keeps the
+    running maximum; rounded once."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -863,8 +872,11 @@ class RoiAlignOp(Operator):
             extent = np.maximum(extent, 1.0)  # malformed rois become 1x1
         rows = self.axis_samples(start[:, 1], extent[:, 1], self.output_size[0], height)
         cols = self.axis_samples(start[:, 0], extent[:, 0], self.output_size[1], width)
-        channels_last = xp.ascontiguousarray(data.transpose(0, 2, 3, 1))
         work = working_dtype(data.dtype)
+        if ctx.exact:
+            xp, work = ctx.kernels.xp, np.dtype(np.float64)
+            data = widen(xp, data)
+        channels_last = xp.ascontiguousarray(data.transpose(0, 2, 3, 1))
         result = xp.zeros((len(batch), *self.output_size, data.shape[1]), dtype=work)
         # Point (0, 0) comes first and every roi that samples at all takes it.
         for step, (row, col) in enumerate(itertools.product(rows, cols)):
@@ -879,6 +891,9 @@ class RoiAlignOp(Operator):
                 result[taking] = value
             else:
                 result[taking] = xp.maximum(result[taking], value)
+        if ctx.exact:
+            store_float(xp, out, result.transpose(0, 3, 1, 2))
+            return
         store(xp, result.transpose(0, 3, 1, 2), out)
 
     def axis_samples(

@@ -247,7 +247,17 @@ class NonMaxSuppressionOp(DataDependentOperator):
     order), above `score_threshold` when given, each kept unless its IoU with a box already
     kept exceeds `iou_threshold`, at most `max_output_boxes_per_class` (absent: 0) of them.
 
-    The selection is sequential: it costs one device-to-host read per kept box."""
+    The selection is sequential: it costs one device-to-host read per kept box.
+
+    Exact: the boxes and scores widened exactly to float64 and every step below one float64
+    operation (center form: half = size / 2, corners centre ∓ half; else the corners the
+    coordinate min and max; area = Δx·Δy; intersection extents max(min(high) − max(low), 0);
+    overlap = ex·ey; union = (areaᵢ + area) − overlap; suppressed when overlap > 0, both
+    areas > 0, union > 0 and overlap / union > iou_threshold, the threshold widened from its
+    float32 value); the scores ranked by a stable sort of their float64 negations. Only
+    indices come out, so the result is a function of those correctly rounded operations."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -265,8 +275,12 @@ class NonMaxSuppressionOp(DataDependentOperator):
         limit, iou_threshold, score_threshold = self._limits(ctx, inputs)
         if limit == 0:
             return [ctx.empty((0, 3), DType.INT64)]
+        if ctx.exact:
+            xp = ctx.kernels.xp
+            boxes, scores = widen(xp, boxes), widen(xp, scores)
         low, high = self._corners(xp, boxes)
-        area = xp.prod(high - low, axis=-1)
+        size = high - low
+        area = size[..., 0] * size[..., 1]
         rows: list[tuple[int, int, int]] = []
         for batch in range(boxes.shape[0]):
             for cls in range(scores.shape[1]):
