@@ -218,9 +218,10 @@ class ConvolutionKernels:
         """Transposed convolution of x (N, C, *S) with w (C, M/group, *K) into out (N, M, *O).
 
         Input i adds w[·, ·, k]·x[i] at output position i·stride + k·dilation − pad (`pads` are
-        the leading pads): one matmul per group to columns, then one strided add per kernel
-        offset (col2im). Temporaries live in `scratch` memory when given (a run's arena, whose
-        pages are already mapped: fresh 3 MB columns cost as much as their GEMM in page faults).
+        the leading pads): one matmul per group to columns, then one add per kernel offset into
+        the output's stride phases and one strided copy per phase (col2im). Temporaries live in
+        `scratch` memory when given (a run's arena, whose pages are already mapped: fresh 3 MB
+        columns cost as much as their GEMM in page faults).
         `exact`: the columns by exact_matmul_arrays into float64, the adds in float64 in
         kernel-offset row-major order from +0, rounded once into `out`.
         """
@@ -252,8 +253,13 @@ class ConvolutionKernels:
                 target = tuple(slice(t, None, k) for t, k in zip(taps, kernel, strict=True))
                 out[(..., *target)] = columns[(slice(None), slice(None), *taps)]
             return
-        # `full` holds output positions from min(−pad, 0): a negative pad starts the output
-        # before the first position any input reaches.
+        # The output positions from min(−pad, 0) (a negative pad starts the output before the
+        # first position any input reaches), split by residue modulo the stride: tap t of input
+        # i lands at position f = m + i·s + t·d, in phase f mod s at row f // s, so each tap's
+        # add is one shifted block with contiguous rows rather than a write to every s-th
+        # value; one strided copy per phase then interleaves and crops (4×4/2, 64 → 32 from
+        # 40×40: the node 1.70 → 1.47× onnxruntime, AMD EPYC). Every position still sums its
+        # taps in row-major order from +0, so exact mode's bits are those of a direct scatter.
         out_spatial = out.shape[2:]
         margins = [max(-p, 0) for p in pads]
         reach = [
@@ -262,19 +268,32 @@ class ConvolutionKernels:
                 margins, spatial, strides, kernel, dilations, pads, out_spatial, strict=True
             )
         ]
-        full = allocate((batch, out_channels, *reach), compute)
-        full[...] = 0
+        rows = [-(-r // s) for r, s in zip(reach, strides, strict=True)]
+        phases = allocate((*strides, batch, out_channels, *rows), compute)
+        phases[...] = 0
         with quiet():
             for taps in itertools.product(*(range(k) for k in kernel)):
+                first = [m + t * d for m, t, d in zip(margins, taps, dilations, strict=True)]
+                phase = tuple(f % s for f, s in zip(first, strides, strict=True))
                 target = tuple(
-                    slice(m + t * d, m + t * d + (n - 1) * s + 1, s)
-                    for m, t, d, n, s in zip(
-                        margins, taps, dilations, spatial, strides, strict=True
-                    )
+                    slice(f // s, f // s + n)
+                    for f, s, n in zip(first, strides, spatial, strict=True)
                 )
-                full[(..., *target)] += columns[(slice(None), slice(None), *taps)]
-        crop = (slice(m + p, m + p + o) for m, p, o in zip(margins, pads, out_spatial, strict=True))
-        store(xp, out, full[(..., *crop)])
+                phases[phase][(..., *target)] += columns[(slice(None), slice(None), *taps)]
+        crop = [m + p for m, p in zip(margins, pads, strict=True)]  # out[o] is position o + crop
+        for phase in itertools.product(*(range(s) for s in strides)):
+            starts = [(r - c) % s for r, c, s in zip(phase, crop, strides, strict=True)]
+            counts = [
+                len(range(a, o, s)) for a, o, s in zip(starts, out_spatial, strides, strict=True)
+            ]
+            if 0 in counts:
+                continue
+            source = tuple(
+                slice((a + c) // s, (a + c) // s + n)
+                for a, c, s, n in zip(starts, crop, strides, counts, strict=True)
+            )
+            target = tuple(slice(a, None, s) for a, s in zip(starts, strides, strict=True))
+            store(xp, out[(..., *target)], phases[phase][(..., *source)])
 
 
 def add_channel_bias(xp: Any, out: Any, bias: Any) -> None:

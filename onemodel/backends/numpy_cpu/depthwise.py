@@ -7,7 +7,7 @@ shifted by i·Wq + j: each tap is one multiply by the weights and one add over c
 memory, for all channels and images at once, into an accumulator with Wq − Wo columns of
 slack that the final copy drops. A stride s first splits the padded image into its s² phases
 (rows and columns by residue mod s), so a strided tap reads one phase at a shift and stays
-contiguous.
+contiguous: the phases pooling reads too (backends/flat_phases.py).
 
 Two layouts of that run, chosen by the plane's size:
 - channel planes (N, C, rows·Wq): each channel's plane is one row of the run, multiplied by
@@ -24,11 +24,11 @@ NumPy's element-wise rate: docs/kernel-seam.md states the bound against onnxrunt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from onemodel.backends.array_types import Scratch
+from onemodel.backends.flat_phases import PhaseGrid, fill_phases, flat_phases, phase_grid
 
 # Planes (output rows × padded row length) of at most this many elements go channels last
 # (min CPU time against the channel planes, AMD EPYC, 1 thread, a loaded machine: 960 channels
@@ -42,38 +42,6 @@ _ROW_ELEMENTS = 8192
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays from memory 17 times.
 # (Blocks of channels within one large image measured no gain: 32 × 112 × 112 1.7 → 2.0 ms.)
 _CHUNK_ELEMENTS = 1 << 19
-
-
-@dataclass(frozen=True)
-class _Phases:
-    """Where the taps read: output extent, the phase grid (rows × cols per phase, the last
-    taps reading `reach_w` past a phase's last row) and per tap its phase and shift."""
-
-    out_h: int
-    out_w: int
-    rows: int
-    cols: int
-    reach_w: int
-    taps: tuple[tuple[int, int, int], ...]  # (phase row, phase column, shift in pixels)
-
-
-def _phases(
-    out_shape: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> _Phases:
-    out_h, out_w = out_shape
-    kh, kw = kernel
-    (sh, sw), (dh, dw) = strides, dilations
-    # Tap i of output row o reads phase (i·dh) mod sh at its row o + (i·dh) // sh.
-    reach_h, reach_w = (kh - 1) * dh // sh, (kw - 1) * dw // sw
-    rows, cols = out_h + reach_h, out_w + reach_w
-    taps = []
-    for tap in range(kh * kw):
-        (qy, ry), (qx, rx) = divmod(tap // kw * dh, sh), divmod(tap % kw * dw, sw)
-        taps.append((ry, rx, qy * cols + qx))
-    return _Phases(out_h, out_w, rows, cols, reach_w, tuple(taps))
 
 
 def depthwise_conv(
@@ -90,92 +58,50 @@ def depthwise_conv(
     """out (N, C, Ho, Wo) = the depthwise convolution of x (N, C, H, W) by `taps` (C, kh·kw),
     leading `pads`, plus `bias` (C,) when given (in the final copy), all in one floating
     type."""
-    geometry = _phases(out.shape[2:], kernel, strides, dilations)
-    layout = (
-        _channels_last if geometry.out_h * geometry.cols <= CHANNELS_LAST_PLANE else _channel_planes
-    )
+    geometry = phase_grid(tuple(out.shape[2:]), tuple(kernel), tuple(strides), tuple(dilations))
+    layout = _channels_last if geometry.span <= CHANNELS_LAST_PLANE else _channel_planes
     per_image = x.shape[1] * geometry.rows * geometry.cols
     step = max(1, _CHUNK_ELEMENTS // per_image)
     for first in range(0, x.shape[0], step):
         images = slice(first, first + step)
-        layout(x[images], taps, out[images], strides, pads, geometry, allocate, bias)
-
-
-def _fill_phases(
-    x: np.ndarray,
-    grids: np.ndarray,
-    strides: Sequence[int],
-    pads: Sequence[int],
-) -> None:
-    """grids[ry, rx] (N, C, rows, cols), a view of either layout, = phase (ry, rx) of x padded
-    with zeros at the leading `pads` (and wherever else the phase reaches past x). NumPy's
-    copies run in the target's memory order, so a channels-last target is written in order."""
-    height, width = x.shape[2:]
-    (sh, sw), (top, left) = strides, pads
-    rows, cols = grids.shape[-2:]
-    for ry in range(sh):
-        first_y = (ry - top) % sh  # the first input row in this phase
-        row0 = (first_y + top) // sh
-        count_y = max(0, min(len(range(first_y, height, sh)), rows - row0))
-        for rx in range(sw):
-            first_x = (rx - left) % sw
-            col0 = (first_x + left) // sw
-            count_x = max(0, min(len(range(first_x, width, sw)), cols - col0))
-            phase = grids[ry, rx]
-            phase[:, :, :row0] = 0
-            phase[:, :, row0 + count_y :] = 0
-            inside = phase[:, :, row0 : row0 + count_y]
-            inside[..., :col0] = 0
-            inside[..., col0 + count_x :] = 0
-            source = x[
-                :, :, first_y : first_y + count_y * sh : sh, first_x : first_x + count_x * sw : sw
-            ]
-            inside[..., col0 : col0 + count_x] = source
+        window = (kernel, strides, pads, dilations)
+        layout(x[images], taps, out[images], window, geometry, allocate, bias)
 
 
 def _channel_planes(
     x: np.ndarray,
     taps: np.ndarray,
     out: np.ndarray,
-    strides: Sequence[int],
-    pads: Sequence[int],
-    g: _Phases,
+    window: tuple[Sequence[int], ...],
+    g: PhaseGrid,
     allocate: Scratch,
     bias: np.ndarray | None,
 ) -> None:
-    """Phases (sh, sw, N, C, rows·cols + slack): one row per channel plane."""
-    batch, channels = x.shape[:2]
-    sh, sw = strides
-    length = g.rows * g.cols + g.reach_w
-    phases = allocate((sh, sw, batch, channels, length), x.dtype)
-    phases[..., g.rows * g.cols :] = 0
-    grids = phases[..., : g.rows * g.cols].reshape(sh, sw, batch, channels, g.rows, g.cols)
-    _fill_phases(x, grids, strides, pads)
+    """Phases (sh, sw, N, C, rows·cols + slack), as pooling reads them (`flat_phases`): one
+    row per channel plane."""
+    kernel, strides, pads, dilations = window
+    phases = flat_phases(x, g.out_hw, kernel, strides, pads, dilations, 0, allocate)
     weights = taps.T[:, :, None]  # [tap, channel, 1]
-    span = g.out_h * g.cols
-    total = allocate((batch, channels, span), x.dtype)
-    product = allocate((batch, channels, span), x.dtype)
-    for tap, (ry, rx, shift) in enumerate(g.taps):
-        run = phases[ry, rx, :, :, shift : shift + span]
+    total = allocate(phases.run_shape, x.dtype)
+    product = allocate(phases.run_shape, x.dtype)
+    for tap, run in enumerate(phases.taps()):
         if tap == 0:
             np.multiply(run, weights[tap], out=total)
         else:
             np.multiply(run, weights[tap], out=product)
             np.add(total, product, out=total)
-    kept = total.reshape(batch, channels, g.out_h, g.cols)[..., : g.out_w]
     if bias is None:
-        out[...] = kept
+        phases.crop(total, out)
     else:
-        np.add(kept, bias.reshape(channels, 1, 1), out=out)
+        np.add(phases.kept(total), bias.reshape(-1, 1, 1), out=out)
 
 
 def _channels_last(
     x: np.ndarray,
     taps: np.ndarray,
     out: np.ndarray,
-    strides: Sequence[int],
-    pads: Sequence[int],
-    g: _Phases,
+    window: tuple[Sequence[int], ...],
+    g: PhaseGrid,
     allocate: Scratch,
     bias: np.ndarray | None,
 ) -> None:
@@ -183,25 +109,27 @@ def _channels_last(
     tap's run crosses from one image into the next only at positions the final copy drops,
     so one multiply and one add per tap cover every image, in rows of `_ROW_ELEMENTS`."""
     batch, channels = x.shape[:2]
+    _, strides, pads, _ = window
     sh, sw = strides
-    image = (g.rows * g.cols + g.reach_w) * channels  # one image's stretch of the run
+    (out_h, out_w), area = g.out_hw, g.rows * g.cols
+    image = g.length * channels  # one image's stretch of the run
     row = max(1, _ROW_ELEMENTS // channels) * channels
     count = -(-batch * image // row)  # rows of the accumulator, past the last image
-    reach = max(shift for _, _, shift in g.taps) * channels
+    reach = max(shift for _, _, shift in g.shifts) * channels
     length = max(reach + count * row, batch * image)
     phases = allocate((sh, sw, length), x.dtype)
     phases[:, :, batch * image :] = 0
     grids = (
         phases[:, :, : batch * image]
-        .reshape(sh, sw, batch, image)[..., : g.rows * g.cols * channels]
+        .reshape(sh, sw, batch, image)[..., : area * channels]
         .reshape(sh, sw, batch, g.rows, g.cols, channels)
         .transpose(0, 1, 2, 5, 3, 4)
     )
-    _fill_phases(x, grids, strides, pads)
+    fill_phases(x, grids, strides, pads, 0)
     weights = np.tile(taps.T, (1, row // channels))  # [tap, row of repeated channels]
     total = allocate((count, row), x.dtype)
     product = allocate((count, row), x.dtype)
-    for tap, (ry, rx, shift) in enumerate(g.taps):
+    for tap, (ry, rx, shift) in enumerate(g.shifts):
         start = shift * channels
         run = phases[ry, rx, start : start + count * row].reshape(count, row)
         if tap == 0:
@@ -213,7 +141,7 @@ def _channels_last(
         np.add(total, np.tile(bias, row // channels), out=total)
     kept = (
         total.reshape(-1)[: batch * image]
-        .reshape(batch, image)[:, : g.out_h * g.cols * channels]
-        .reshape(batch, g.out_h, g.cols, channels)[:, :, : g.out_w]
+        .reshape(batch, image)[:, : out_h * g.cols * channels]
+        .reshape(batch, out_h, g.cols, channels)[:, :, :out_w]
     )
     out[...] = kept.transpose(0, 3, 1, 2)

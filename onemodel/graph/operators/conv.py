@@ -3,7 +3,7 @@
 `SlidingWindows` turns the attributes every windowed operator has (auto_pad, pads, strides,
 dilations) into the output extent and the leading pads of each spatial axis, once per shape.
 The arithmetic runs on the backend: `conv_arrays` (im2col and one matmul per group) and
-`conv_transpose_arrays` (matmul to columns and a strided add per kernel offset).
+`conv_transpose_arrays` (matmul to columns, an add per kernel offset into the stride phases).
 """
 
 from __future__ import annotations
