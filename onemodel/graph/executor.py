@@ -46,6 +46,7 @@ class GraphExecutor:
         # A body's inputs: its declared ones, then the outer values it reads (`compile_body`).
         self.declared_inputs = len(graph.input_ids)
         self._lock = threading.Lock()
+        self._body_ids = graph.input_ids
         self._input_ids = {
             meta.name: vid for meta, vid in zip(graph.inputs, graph.input_ids, strict=True)
         }
@@ -121,17 +122,17 @@ class GraphExecutor:
         """Run a body with its inputs by position, from inside its node's run (`ctx`): the
         node's guard, and its profile and trace rows under the node's name."""
         try:  # tensors: their dtypes and shapes fix the signature
-            key = tuple([(value.dtype, value.shape) for value in values])
+            entry = self._by_key.get(tuple([(value.dtype, value.shape) for value in values]))
         except AttributeError:  # None (an absent optional) or a list (a sequence)
-            entry = self.plan(tuple(signature_of(value) for value in values))
+            entry = self.plan(tuple([signature_of(value) for value in values]))
         else:
-            entry = self._by_key.get(key)
             if entry is None:
-                entry = self.entry(key, lambda: tuple(signature_of(value) for value in values))
+                key = tuple([(value.dtype, value.shape) for value in values])
+                entry = self.entry(key, lambda: tuple([signature_of(value) for value in values]))
         pool = entry[1]
         state = pool.take()
         try:
-            return state.run_nested(zip(self.graph.input_ids, values, strict=True), ctx)
+            return state.run_nested(zip(self._body_ids, values, strict=True), ctx)
         finally:
             pool.give(state)
 

@@ -50,7 +50,9 @@ class ControlFlow(Operator):
     @staticmethod
     def host_scalar(ctx: RunContext, value: Array) -> Any:
         """The first element of a condition or count, on the host (`item` where it is the
-        only one: half the cost of reshaping)."""
+        only one: half the cost of reshaping; a NumPy scalar array needs no transfer)."""
+        if type(value) is np.ndarray and value.size == 1:
+            return value.item()
         host = ctx.kernels.memory.to_host(value)
         return host.item() if host.size == 1 else np.asarray(host).reshape(-1)[0]
 
@@ -102,15 +104,19 @@ class LoopOp(ControlFlow):
         carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
         scans: list[list[Array]] = []
         iteration = 0
+        body = self.loop_body
+        outer = [inputs[i] for i in self.outer]  # the same in every iteration
+        true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
+        guarded = ctx.guard is not None
         while going and (limit is None or iteration < limit):
-            ctx.check(self.node.name)
-            positional = (xp.asarray(np.int64(iteration)), xp.asarray(np.bool_(going)), *carried)
-            values = self.body_values(self.loop_body, positional, inputs, self.outer)
-            results = self.loop_body.run_body(values, ctx)
+            if guarded:
+                ctx.check(self.node.name)
+            results = body.run_body([xp.asarray(np.int64(iteration)), true, *carried, *outer], ctx)
             going = bool(self.host_scalar(ctx, results[0]))
             carried = results[1 : 1 + self.carried]
             scanned = results[1 + self.carried :]
-            ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
+            if guarded:
+                ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
             scans.append(scanned)
             iteration += 1
         scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
