@@ -174,3 +174,40 @@ def test_an_if_s_result_is_handed_out_without_a_copy_and_outlives_later_runs():
         (later,) = s.run(None, {"x": X2 + 1, "c": np.array(condition)})
         assert later is not kept and not np.shares_memory(later, kept)
     np.testing.assert_array_equal(kept, X2 * X2 + 0.5)
+
+
+def test_an_if_keeps_its_branch_entries_per_parent_plan_and_follows_new_shapes():
+    """A parent plan that fixed the branches' input shapes enters them without a key: a new
+    shape is a new parent plan, with its own branch plans; the old ones still answer."""
+    s = session(if_model("input"))
+    for x in (X2, X3, X2, X3):
+        for condition in (True, False):
+            (y,) = s.run(None, {"x": x, "c": np.array(condition)})
+            np.testing.assert_array_equal(y, x * x + 0.5 if condition else np.full_like(x, 0.5))
+    operator = s.plans()[0].steps[0].node.operator
+    assert operator.then_branch.plan_count() == operator.else_branch.plan_count() == 2
+
+
+def test_an_if_over_a_value_planned_at_run_time_takes_either_branch():
+    """NonZero's result has a run-time shape, so the If's branches are keyed by the arrays."""
+    then, other = (
+        helper.make_graph(
+            [helper.make_node(op, ["nz", "nz"], [f"{name}_y"])], name, [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.INT64, None)],
+        )
+        for name, op in (("then", "Add"), ("else", "Sub"))
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 3]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    )  # fmt: skip
+    s = session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    for x in (X2, X2 - 2, X2):
+        expected = np.stack(np.nonzero(x))
+        for condition in (True, False):
+            (y,) = s.run(None, {"x": x, "c": np.array(condition)})
+            np.testing.assert_array_equal(y, expected * 2 if condition else expected * 0)

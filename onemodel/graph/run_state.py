@@ -19,6 +19,7 @@ from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
+from onemodel.graph.operators.control_flow import IfOp
 from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.graph.plan import ExecutionPlan, StepKind
 from onemodel.graph.values import (
@@ -64,7 +65,9 @@ class _Step:
         "owned", "specs", "view_of",
     )  # fmt: skip
 
-    def __init__(self, step: Any, call: Any, table: list[Any], per_run: set[int]) -> None:
+    def __init__(
+        self, step: Any, call: Any, table: list[Any], per_run: set[int], plan_specs: list[Any]
+    ) -> None:
         self.kind = step.kind
         self.node = step.node
         self.call = call
@@ -82,6 +85,9 @@ class _Step:
             and operator.outputs_data_dependent
             and operator.owns_results
         )
+        if self.owned and isinstance(operator, IfOp):  # branches entered without a key
+            specs = [None if i == ABSENT else plan_specs[i] for i in step.inputs]
+            self.call = operator.bound_run(specs) or call
         fixed = step.kind is StepKind.STATIC and not any(v in per_run for v in step.outputs)
         # Static outputs in the slab are the same arrays in every run of this state.
         self.fixed_outs = [table[v] for v in step.outputs] if fixed else None
@@ -135,7 +141,7 @@ class RunState:
                 source = table[step.inputs[step.node.operator.view_of_input]]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
                 continue
-            self.steps.append(_Step(step, calls[index], table, plan.per_run))
+            self.steps.append(_Step(step, calls[index], table, plan.per_run, plan.specs))
             self.releases.append(plan.memory.releases[index])
 
     def _view(self, offset: int, spec: TensorSpec) -> Any:

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.graph.operators.base import Array, NodeInfo, OpDef, Operator, RunContext
+from onemodel.graph.operators.base import (
+    Array,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
 from onemodel.tensors import numpy_dtype_for_onnx
 
 
@@ -82,6 +89,49 @@ class IfOp(ControlFlow):
         if self.host_scalar(ctx, inputs[0]):
             return self.then_branch.run_body([inputs[i] for i in self.then_outer], ctx)
         return self.else_branch.run_body([inputs[i] for i in self.else_outer], ctx)
+
+    def bound_run(self, specs: Sequence[Any]) -> Any:
+        """`run` for one parent run state whose plan fixed the type and shape of every value
+        the branches read (`specs`, by node input): each branch's plan and a run state of it
+        are found on its first entry and kept, so that entering a branch makes no key and
+        takes nothing from a pool. None where some value is planned at run time."""
+        then_entry = _BranchEntry(self.then_branch, self.then_outer, specs)
+        else_entry = _BranchEntry(self.else_branch, self.else_outer, specs)
+        if then_entry.signature is None or else_entry.signature is None:
+            return None
+        host_scalar = self.host_scalar
+
+        def run(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
+            condition = inputs[0]
+            if type(condition) is np.ndarray and condition.size == 1:
+                taken = condition.item()
+            else:
+                taken = host_scalar(ctx, condition)
+            return (then_entry if taken else else_entry).run(ctx, inputs)
+
+        return run
+
+
+class _BranchEntry:
+    """One branch of an If as one parent run state enters it (see `IfOp.bound_run`)."""
+
+    __slots__ = ("executor", "ids", "outer", "signature", "state")
+
+    def __init__(self, executor: Any, outer: tuple[int, ...], specs: Sequence[Any]) -> None:
+        self.executor = executor
+        self.outer = outer
+        self.ids = executor.graph.input_ids
+        signature = tuple(specs[i] for i in outer)
+        tensors = all(isinstance(spec, TensorSpec) for spec in signature)
+        self.signature = signature if tensors else None
+        self.state: Any = None
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None]) -> list[Array]:
+        state = self.state
+        if state is None:  # planned on first entry: a branch never taken costs nothing
+            state = self.state = self.executor.plan(self.signature)[1].take()
+        values = [inputs[i] for i in self.outer]
+        return state.run_nested(zip(self.ids, values, strict=True), ctx)
 
 
 class LoopOp(ControlFlow):
