@@ -41,12 +41,15 @@ class GraphExecutor:
         self.max_cached_plans = max_cached_plans
         self.checked = checked
         self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
-        # The same entries by a key that is cheaper to make than a signature (see `entry`).
-        self._by_key: dict[tuple, tuple[ExecutionPlan, StatePool]] = {}
+        # The same entries by a key that is cheaper to make than a signature (see `entry`); a
+        # caller may read it directly (one dict look-up per run), and must go through `entry`
+        # on a miss.
+        self.by_key: dict[tuple, tuple[ExecutionPlan, StatePool]] = {}
         # A body's inputs: its declared ones, then the outer values it reads (`compile_body`).
         self.declared_inputs = len(graph.input_ids)
         self._lock = threading.Lock()
         self._body_ids = graph.input_ids
+        self._use_threads = graph.kernels.use_threads
         self._input_ids = {
             meta.name: vid for meta, vid in zip(graph.inputs, graph.input_ids, strict=True)
         }
@@ -65,15 +68,15 @@ class GraphExecutor:
                 self._plans[signature] = entry
                 while len(self._plans) > self.max_cached_plans:
                     self._plans.popitem(last=False)  # runs holding it keep it alive
-                    self._by_key.clear()
+                    self.by_key.clear()
         return entry
 
     def entry(self, key: tuple, signature: Any) -> tuple[ExecutionPlan, StatePool]:
         """The plan for a cheap key that fixes the signature (the caller's (dtype, shape)
         tuples); `signature()` makes the signature on a miss."""
-        entry = self._by_key.get(key)
+        entry = self.by_key.get(key)
         if entry is None:
-            entry = self._by_key[key] = self.plan(signature())
+            entry = self.by_key[key] = self.plan(signature())
         return entry
 
     def plan_count(self) -> int:
@@ -85,7 +88,7 @@ class GraphExecutor:
     def clear(self) -> None:
         with self._lock:
             self._plans.clear()
-            self._by_key.clear()
+            self.by_key.clear()
 
     def run(
         self,
@@ -111,7 +114,7 @@ class GraphExecutor:
         """Run a plan of this executor (from `plan` or `entry`) in a pooled run state."""
         pool = entry[1]
         if self.threads is not None:
-            self.graph.kernels.use_threads(self.threads)
+            self._use_threads(self.threads)
         state = pool.take()
         try:
             return state.run(arrays, targets, profile, guard, trace)
@@ -122,7 +125,7 @@ class GraphExecutor:
         """Run a body with its inputs by position, from inside its node's run (`ctx`): the
         node's guard, and its profile and trace rows under the node's name."""
         try:  # tensors: their dtypes and shapes fix the signature
-            entry = self._by_key.get(tuple([(value.dtype, value.shape) for value in values]))
+            entry = self.by_key.get(tuple([(value.dtype, value.shape) for value in values]))
         except AttributeError:  # None (an absent optional) or a list (a sequence)
             entry = self.plan(tuple([signature_of(value) for value in values]))
         else:

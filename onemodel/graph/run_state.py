@@ -222,6 +222,9 @@ class RunState:
                 outs = step.fixed_outs
                 if outs is not None:
                     step.call(ctx, [table[i] for i in step.inputs], outs)
+                elif step.fresh is not None:  # a static step writing a graph output
+                    ins = [table[i] for i in step.inputs]
+                    step.call(ctx, ins, self._fresh_outputs(step, table, given))
                 elif step.owned:
                     results = step.call(ctx, [table[i] for i in step.inputs], None)
                     for value_id, result in zip(step.outputs, results, strict=False):
