@@ -211,3 +211,42 @@ def test_an_if_over_a_value_planned_at_run_time_takes_either_branch():
         for condition in (True, False):
             (y,) = s.run(None, {"x": x, "c": np.array(condition)})
             np.testing.assert_array_equal(y, expected * 2 if condition else expected * 0)
+
+
+def _carrying_loop(op_type: str) -> onnx.ModelProto:
+    """A Loop carrying s: op(s, w) per iteration (Add keeps s's shape, Concat grows it)."""
+    attributes = {"axis": 1} if op_type == "Concat" else {}
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["ci"], ["co"]),
+         helper.make_node(op_type, ["si", "w"], ["so"], **attributes)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("ci", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("si", F, None)],
+        [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("so", F, None)],
+        [helper.make_tensor("w", F, [1, 1], [0.5])],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "g",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("x", F, [1, 1])],
+        [helper.make_tensor_value_info("y", F, None)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Concat"])
+def test_a_loop_holds_its_body_s_state_only_while_the_carried_shapes_stay(op_type):
+    """Add keeps the carried shape (one body plan, its run state held for the iterations);
+    Concat grows it (a plan per iteration count, found by key each time)."""
+    s = session(_carrying_loop(op_type))
+    x = np.ones((1, 1), np.float32)
+    for trips in (0, 1, 4, 4):
+        (y,) = s.run(None, {"n": np.array(trips, np.int64), "x": x})
+        if op_type == "Add":
+            np.testing.assert_array_equal(y, x + 0.5 * trips)
+        else:
+            np.testing.assert_array_equal(y, np.concatenate([x] + [x * 0.5] * trips, axis=1))
+    body = s.plans()[0].steps[0].node.operator.loop_body
+    assert body.plan_count() == (1 if op_type == "Add" else 4)

@@ -121,18 +121,35 @@ class GraphExecutor:
         finally:
             pool.give(state)
 
-    def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
-        """Run a body with its inputs by position, from inside its node's run (`ctx`): the
-        node's guard, and its profile and trace rows under the node's name."""
+    def body_entry(self, values: Sequence[Any]) -> tuple[ExecutionPlan, StatePool]:
+        """The plan entry for a body's inputs by position."""
         try:  # tensors: their dtypes and shapes fix the signature
             entry = self.by_key.get(tuple([(value.dtype, value.shape) for value in values]))
         except AttributeError:  # None (an absent optional) or a list (a sequence)
-            entry = self.plan(tuple([signature_of(value) for value in values]))
-        else:
-            if entry is None:
-                key = tuple([(value.dtype, value.shape) for value in values])
-                entry = self.entry(key, lambda: tuple([signature_of(value) for value in values]))
-        pool = entry[1]
+            return self.plan(tuple([signature_of(value) for value in values]))
+        if entry is None:
+            key = tuple([(value.dtype, value.shape) for value in values])
+            entry = self.entry(key, lambda: tuple([signature_of(value) for value in values]))
+        return entry
+
+    def hold_carrying(self, values: Sequence[Any], carried: int) -> HeldBody | None:
+        """A Loop body's run state held for all its iterations, when the plan for `values`
+        gives back the carried values (inputs 2.., outputs 1..) with their types and shapes:
+        every later iteration then runs that plan, with no key and no pool. None otherwise."""
+        entry = self.body_entry(values)
+        plan = entry[0]
+        for k in range(carried):
+            given = values[2 + k]
+            if not hasattr(given, "shape"):
+                return None
+            if plan.specs[plan.output_ids[1 + k]] != signature_of(given):
+                return None
+        return HeldBody(self._body_ids, entry[1])
+
+    def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
+        """Run a body with its inputs by position, from inside its node's run (`ctx`): the
+        node's guard, and its profile and trace rows under the node's name."""
+        pool = self.body_entry(values)[1]
         state = pool.take()
         try:
             return state.run_nested(zip(self._body_ids, values, strict=True), ctx)
@@ -156,6 +173,23 @@ class GraphExecutor:
     @property
     def input_names(self) -> Sequence[str]:
         return [meta.name for meta in self.graph.inputs]
+
+
+class HeldBody:
+    """One run state of a body plan, taken for a Loop's iterations (`hold_carrying`)."""
+
+    __slots__ = ("ids", "pool", "state")
+
+    def __init__(self, ids: Sequence[int], pool: StatePool) -> None:
+        self.ids = ids
+        self.pool = pool
+        self.state = pool.take()
+
+    def run(self, values: Sequence[Any], ctx: Any) -> list[Any]:
+        return self.state.run_nested(zip(self.ids, values, strict=True), ctx)
+
+    def release(self) -> None:
+        self.pool.give(self.state)
 
 
 def compile_body(parent: CompiledGraph, body: ir.Graph) -> GraphExecutor:

@@ -158,17 +158,25 @@ class LoopOp(ControlFlow):
         outer = [inputs[i] for i in self.outer]  # the same in every iteration
         true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
         guarded = ctx.guard is not None
-        while going and (limit is None or iteration < limit):
-            if guarded:
-                ctx.check(self.node.name)
-            results = body.run_body([xp.asarray(np.int64(iteration)), true, *carried, *outer], ctx)
-            going = bool(self.host_scalar(ctx, results[0]))
-            carried = results[1 : 1 + self.carried]
-            scanned = results[1 + self.carried :]
-            if guarded:
-                ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
-            scans.append(scanned)
-            iteration += 1
+        held = None  # the body's run state, while the carried values keep their shapes
+        try:
+            while going and (limit is None or iteration < limit):
+                if guarded:
+                    ctx.check(self.node.name)
+                values = [xp.asarray(np.int64(iteration)), true, *carried, *outer]
+                if iteration == 0 and (limit is None or limit > 1):  # pays from the second on
+                    held = body.hold_carrying(values, self.carried)
+                results = body.run_body(values, ctx) if held is None else held.run(values, ctx)
+                going = bool(self.host_scalar(ctx, results[0]))
+                carried = results[1 : 1 + self.carried]
+                scanned = results[1 + self.carried :]
+                if guarded:
+                    ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
+                scans.append(scanned)
+                iteration += 1
+        finally:
+            if held is not None:
+                held.release()
         scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
         stacked = [
             xp.stack([outs[k] for outs in scans])
