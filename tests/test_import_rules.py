@@ -111,3 +111,26 @@ def test_importing_the_package_imports_nothing_until_a_name_is_used():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
     assert output.strip() == "[] []"
+
+
+def test_choosing_the_numpy_backend_loads_neither_the_cupy_kernels_nor_exact_mode():
+    """Backend selection asks whether CuPy is here (cupy_gpu.availability) and builds only the
+    chosen backend; exact mode's kernel modules load on their first use."""
+    code = (
+        "import sys, onemodel; from onemodel.backends import KernelPaths;"
+        "assert KernelPaths.best().name == 'numpy';"
+        "lazy = ('onemodel.backends.cupy_gpu.backend', 'onemodel.backends.cupy_gpu.elementwise',"
+        " 'onemodel.backends.exact_arrays', 'onemodel.backends.exact_gemm',"
+        " 'onemodel.backends.exact_elementary');"
+        "print(sorted(m for m in lazy if m in sys.modules))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.strip() == "[]"
+
+
+def test_exact_kernels_load_on_first_use():
+    from onemodel.backends.array_kernels import exact_gemm
+
+    assert callable(exact_gemm.matmul)

@@ -174,3 +174,79 @@ def test_an_if_s_result_is_handed_out_without_a_copy_and_outlives_later_runs():
         (later,) = s.run(None, {"x": X2 + 1, "c": np.array(condition)})
         assert later is not kept and not np.shares_memory(later, kept)
     np.testing.assert_array_equal(kept, X2 * X2 + 0.5)
+
+
+def test_an_if_keeps_its_branch_entries_per_parent_plan_and_follows_new_shapes():
+    """A parent plan that fixed the branches' input shapes enters them without a key: a new
+    shape is a new parent plan, with its own branch plans; the old ones still answer."""
+    s = session(if_model("input"))
+    for x in (X2, X3, X2, X3):
+        for condition in (True, False):
+            (y,) = s.run(None, {"x": x, "c": np.array(condition)})
+            np.testing.assert_array_equal(y, x * x + 0.5 if condition else np.full_like(x, 0.5))
+    operator = s.plans()[0].steps[0].node.operator
+    assert operator.then_branch.plan_count() == operator.else_branch.plan_count() == 2
+
+
+def test_an_if_over_a_value_planned_at_run_time_takes_either_branch():
+    """NonZero's result has a run-time shape, so the If's branches are keyed by the arrays."""
+    then, other = (
+        helper.make_graph(
+            [helper.make_node(op, ["nz", "nz"], [f"{name}_y"])], name, [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.INT64, None)],
+        )
+        for name, op in (("then", "Add"), ("else", "Sub"))
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 3]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    )  # fmt: skip
+    s = session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    for x in (X2, X2 - 2, X2):
+        expected = np.stack(np.nonzero(x))
+        for condition in (True, False):
+            (y,) = s.run(None, {"x": x, "c": np.array(condition)})
+            np.testing.assert_array_equal(y, expected * 2 if condition else expected * 0)
+
+
+def _carrying_loop(op_type: str) -> onnx.ModelProto:
+    """A Loop carrying s: op(s, w) per iteration (Add keeps s's shape, Concat grows it)."""
+    attributes = {"axis": 1} if op_type == "Concat" else {}
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["ci"], ["co"]),
+         helper.make_node(op_type, ["si", "w"], ["so"], **attributes)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("ci", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("si", F, None)],
+        [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("so", F, None)],
+        [helper.make_tensor("w", F, [1, 1], [0.5])],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "g",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("x", F, [1, 1])],
+        [helper.make_tensor_value_info("y", F, None)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Concat"])
+def test_a_loop_holds_its_body_s_state_only_while_the_carried_shapes_stay(op_type):
+    """Add keeps the carried shape (one body plan, its run state held for the iterations);
+    Concat grows it (a plan per iteration count, found by key each time)."""
+    s = session(_carrying_loop(op_type))
+    x = np.ones((1, 1), np.float32)
+    for trips in (0, 1, 4, 4):
+        (y,) = s.run(None, {"n": np.array(trips, np.int64), "x": x})
+        if op_type == "Add":
+            np.testing.assert_array_equal(y, x + 0.5 * trips)
+        else:
+            np.testing.assert_array_equal(y, np.concatenate([x] + [x * 0.5] * trips, axis=1))
+    body = s.plans()[0].steps[0].node.operator.loop_body
+    assert body.plan_count() == (1 if op_type == "Add" else 4)

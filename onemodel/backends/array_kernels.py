@@ -15,15 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.backends import exact_arrays, exact_elementary, exact_gemm
 from onemodel.backends.array_types import NARROW_FLOATS, Scratch, skewed
 from onemodel.backends.convolution import ConvolutionKernels
 from onemodel.backends.flat_phases import flat_phases
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import IeeeFloat32
+from onemodel.backends.lazy_module import LazyModule
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
+
+# Exact mode's kernels, loaded by their first use (a fast session never loads them).
+exact_arrays: Any = LazyModule("onemodel.backends.exact_arrays")
+exact_elementary: Any = LazyModule("onemodel.backends.exact_elementary")
+exact_gemm: Any = LazyModule("onemodel.backends.exact_gemm")
 
 
 class ArrayKernels(ConvolutionKernels):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from onemodel.backends import cupy_gpu
+from onemodel.backends.cupy_gpu.availability import unavailable_reason as cupy_unavailable
 from onemodel.backends.errors import BackendUnavailableError
 from onemodel.backends.numpy_cpu import NumpyKernels, ReferenceKernels
 from onemodel.backends.protocol import Kernels
@@ -19,6 +19,13 @@ from onemodel.tensors import numpy_dtype_for_onnx
 
 def _always_available() -> str | None:
     return None
+
+
+def _cupy() -> Kernels:
+    """The CuPy backend, its kernel modules imported when it is built (not at import)."""
+    from onemodel.backends.cupy_gpu.backend import CupyKernels
+
+    return CupyKernels()
 
 
 def _checked_device() -> Kernels:
@@ -43,7 +50,7 @@ class KernelPaths:
     _TABLE: ClassVar[dict[str, _KernelPath]] = {
         "numpy-reference": _KernelPath(ReferenceKernels, _always_available),
         "numpy": _KernelPath(NumpyKernels, _always_available),
-        "cupy": _KernelPath(cupy_gpu.CupyKernels, cupy_gpu.unavailable_reason),
+        "cupy": _KernelPath(_cupy, cupy_unavailable),
         # Not a product backend: CuPy's rules on the CPU, for tests (never chosen by best()).
         CHECKED_DEVICE: _KernelPath(_checked_device, _always_available),
     }

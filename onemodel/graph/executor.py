@@ -41,11 +41,15 @@ class GraphExecutor:
         self.max_cached_plans = max_cached_plans
         self.checked = checked
         self._plans: OrderedDict[tuple, tuple[ExecutionPlan, StatePool]] = OrderedDict()
-        # The same entries by a key that is cheaper to make than a signature (see `entry`).
-        self._by_key: dict[tuple, tuple[ExecutionPlan, StatePool]] = {}
+        # The same entries by a key that is cheaper to make than a signature (see `entry`); a
+        # caller may read it directly (one dict look-up per run), and must go through `entry`
+        # on a miss.
+        self.by_key: dict[tuple, tuple[ExecutionPlan, StatePool]] = {}
         # A body's inputs: its declared ones, then the outer values it reads (`compile_body`).
         self.declared_inputs = len(graph.input_ids)
         self._lock = threading.Lock()
+        self._body_ids = graph.input_ids
+        self._use_threads = graph.kernels.use_threads
         self._input_ids = {
             meta.name: vid for meta, vid in zip(graph.inputs, graph.input_ids, strict=True)
         }
@@ -64,15 +68,15 @@ class GraphExecutor:
                 self._plans[signature] = entry
                 while len(self._plans) > self.max_cached_plans:
                     self._plans.popitem(last=False)  # runs holding it keep it alive
-                    self._by_key.clear()
+                    self.by_key.clear()
         return entry
 
     def entry(self, key: tuple, signature: Any) -> tuple[ExecutionPlan, StatePool]:
         """The plan for a cheap key that fixes the signature (the caller's (dtype, shape)
         tuples); `signature()` makes the signature on a miss."""
-        entry = self._by_key.get(key)
+        entry = self.by_key.get(key)
         if entry is None:
-            entry = self._by_key[key] = self.plan(signature())
+            entry = self.by_key[key] = self.plan(signature())
         return entry
 
     def plan_count(self) -> int:
@@ -84,7 +88,7 @@ class GraphExecutor:
     def clear(self) -> None:
         with self._lock:
             self._plans.clear()
-            self._by_key.clear()
+            self.by_key.clear()
 
     def run(
         self,
@@ -110,28 +114,45 @@ class GraphExecutor:
         """Run a plan of this executor (from `plan` or `entry`) in a pooled run state."""
         pool = entry[1]
         if self.threads is not None:
-            self.graph.kernels.use_threads(self.threads)
+            self._use_threads(self.threads)
         state = pool.take()
         try:
             return state.run(arrays, targets, profile, guard, trace)
         finally:
             pool.give(state)
 
+    def body_entry(self, values: Sequence[Any]) -> tuple[ExecutionPlan, StatePool]:
+        """The plan entry for a body's inputs by position."""
+        try:  # tensors: their dtypes and shapes fix the signature
+            entry = self.by_key.get(tuple([(value.dtype, value.shape) for value in values]))
+        except AttributeError:  # None (an absent optional) or a list (a sequence)
+            return self.plan(tuple([signature_of(value) for value in values]))
+        if entry is None:
+            key = tuple([(value.dtype, value.shape) for value in values])
+            entry = self.entry(key, lambda: tuple([signature_of(value) for value in values]))
+        return entry
+
+    def hold_carrying(self, values: Sequence[Any], carried: int) -> HeldBody | None:
+        """A Loop body's run state held for all its iterations, when the plan for `values`
+        gives back the carried values (inputs 2.., outputs 1..) with their types and shapes:
+        every later iteration then runs that plan, with no key and no pool. None otherwise."""
+        entry = self.body_entry(values)
+        plan = entry[0]
+        for k in range(carried):
+            given = values[2 + k]
+            if not hasattr(given, "shape"):
+                return None
+            if plan.specs[plan.output_ids[1 + k]] != signature_of(given):
+                return None
+        return HeldBody(self._body_ids, entry[1])
+
     def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
         """Run a body with its inputs by position, from inside its node's run (`ctx`): the
         node's guard, and its profile and trace rows under the node's name."""
-        try:  # tensors: their dtypes and shapes fix the signature
-            key = tuple([(value.dtype, value.shape) for value in values])
-        except AttributeError:  # None (an absent optional) or a list (a sequence)
-            entry = self.plan(tuple(signature_of(value) for value in values))
-        else:
-            entry = self._by_key.get(key)
-            if entry is None:
-                entry = self.entry(key, lambda: tuple(signature_of(value) for value in values))
-        pool = entry[1]
+        pool = self.body_entry(values)[1]
         state = pool.take()
         try:
-            return state.run_nested(zip(self.graph.input_ids, values, strict=True), ctx)
+            return state.run_nested(zip(self._body_ids, values, strict=True), ctx)
         finally:
             pool.give(state)
 
@@ -152,6 +173,23 @@ class GraphExecutor:
     @property
     def input_names(self) -> Sequence[str]:
         return [meta.name for meta in self.graph.inputs]
+
+
+class HeldBody:
+    """One run state of a body plan, taken for a Loop's iterations (`hold_carrying`)."""
+
+    __slots__ = ("ids", "pool", "state")
+
+    def __init__(self, ids: Sequence[int], pool: StatePool) -> None:
+        self.ids = ids
+        self.pool = pool
+        self.state = pool.take()
+
+    def run(self, values: Sequence[Any], ctx: Any) -> list[Any]:
+        return self.state.run_nested(zip(self.ids, values, strict=True), ctx)
+
+    def release(self) -> None:
+        self.pool.give(self.state)
 
 
 def compile_body(parent: CompiledGraph, body: ir.Graph) -> GraphExecutor:

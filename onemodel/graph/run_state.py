@@ -19,6 +19,7 @@ from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
+from onemodel.graph.operators.control_flow import IfOp
 from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.graph.plan import ExecutionPlan, StepKind
 from onemodel.graph.values import (
@@ -32,6 +33,8 @@ from onemodel.graph.values import (
 )
 from onemodel.tensors import Arena, BufferPool
 from onemodel.tensors.buffers import POISON
+
+_NO_TARGETS: Mapping[int, Any] = {}  # never written: a run without the caller's output arrays
 
 
 class Prepared:
@@ -59,10 +62,12 @@ class _Step:
 
     __slots__ = (
         "call", "fixed_outs", "fresh", "inputs", "kind", "label", "name", "node", "outputs",
-        "specs", "view_of",
+        "owned", "specs", "view_of",
     )  # fmt: skip
 
-    def __init__(self, step: Any, call: Any, table: list[Any], per_run: set[int]) -> None:
+    def __init__(
+        self, step: Any, call: Any, table: list[Any], per_run: set[int], plan_specs: list[Any]
+    ) -> None:
         self.kind = step.kind
         self.node = step.node
         self.call = call
@@ -72,6 +77,17 @@ class _Step:
         self.view_of = step.node.operator.view_of_input
         self.name = step.name  # what profiles and traces call it
         self.label = step.label
+        operator = step.node.operator
+        # A dynamic step whose results are new C-contiguous arrays it owns (If: what a body's
+        # run returns): a plain run stores them without re-checking them (`_run_plain`).
+        self.owned = (
+            step.kind is StepKind.DYNAMIC
+            and operator.outputs_data_dependent
+            and operator.owns_results
+        )
+        if self.owned and isinstance(operator, IfOp):  # branches entered without a key
+            specs = [None if i == ABSENT else plan_specs[i] for i in step.inputs]
+            self.call = operator.bound_run(specs) or call
         fixed = step.kind is StepKind.STATIC and not any(v in per_run for v in step.outputs)
         # Static outputs in the slab are the same arrays in every run of this state.
         self.fixed_outs = [table[v] for v in step.outputs] if fixed else None
@@ -108,6 +124,10 @@ class RunState:
             table[value_id] = self._view(offset, spec)
         table.append(None)  # the slot ABSENT (−1) reads
         self.base_table = table
+        self.output_ids = plan.output_ids
+        # Every graph output a new array of this run: results need no copy (see `_result`).
+        self.fresh_results = all(v in plan.fresh_outputs for v in plan.output_ids)
+        self.scope = run_scope()  # reused: a state runs on one thread at a time
         # Checked runs take scratch from a poisoned arena; others keep it from run to run.
         arena = Arena(BufferPool(memory, checked=True)) if checked else None
         self.empty = plan.graph.kernels.xp.empty
@@ -121,7 +141,7 @@ class RunState:
                 source = table[step.inputs[step.node.operator.view_of_input]]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
                 continue
-            self.steps.append(_Step(step, calls[index], table, plan.per_run))
+            self.steps.append(_Step(step, calls[index], table, plan.per_run, plan.specs))
             self.releases.append(plan.memory.releases[index])
 
     def _view(self, offset: int, spec: TensorSpec) -> Any:
@@ -143,7 +163,7 @@ class RunState:
         `scope` (a body's node name and profile label) prefixes a body's rows."""
         if in_run():  # a body inside its node's run: NumPy's error state is set already
             return self._run(inputs.items(), outputs, profile, guard, trace, scope)
-        with run_scope():
+        with self.scope:
             return self._run(inputs.items(), outputs, profile, guard, trace, scope)
 
     def run_nested(self, inputs: Iterable[tuple[int, Any]], parent: RunContext) -> list[Any]:
@@ -152,7 +172,17 @@ class RunState:
         body's rows under the node's name and label."""
         observer = parent.observer
         if observer is None:
-            return self._run(inputs, None, None, parent.guard, None, None)
+            guard = parent.guard
+            if guard is None and self.plain and self.fresh_results:  # the common entry
+                ctx = self.ctx
+                ctx.guard = ctx.observer = None
+                ctx.begin_run()
+                table = self.base_table.copy()
+                for value_id, array in inputs:
+                    table[value_id] = array
+                self._run_plain(table, _NO_TARGETS)
+                return [table[value_id] for value_id in self.output_ids]
+            return self._run(inputs, None, None, guard, None, None)
         profile, trace, name, label = observer
         return self._run(inputs, None, profile, parent.guard, trace, (name, label))
 
@@ -173,11 +203,13 @@ class RunState:
         table = self.base_table.copy()
         for value_id, array in inputs:
             table[value_id] = array
-        given = outputs or {}
+        given = outputs or _NO_TARGETS
         if guard is None and profile is None and trace is None and self.plain:
             self._run_plain(table, given)
         else:
             self._run_observed(table, given, profile, guard, trace, scope)
+        if self.fresh_results and not given:
+            return [table[value_id] for value_id in plan.output_ids]
         return [self._result(table[value_id], value_id, given) for value_id in plan.output_ids]
 
     def _run_plain(self, table: list[Any], given: Mapping[int, Any]) -> None:
@@ -190,6 +222,13 @@ class RunState:
                 outs = step.fixed_outs
                 if outs is not None:
                     step.call(ctx, [table[i] for i in step.inputs], outs)
+                elif step.fresh is not None:  # a static step writing a graph output
+                    ins = [table[i] for i in step.inputs]
+                    step.call(ctx, ins, self._fresh_outputs(step, table, given))
+                elif step.owned:
+                    results = step.call(ctx, [table[i] for i in step.inputs], None)
+                    for value_id, result in zip(step.outputs, results, strict=False):
+                        table[value_id] = result
                 else:
                     self._step(step, [table[i] for i in step.inputs], table, given)
         except SessionError:

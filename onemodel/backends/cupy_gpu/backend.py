@@ -12,28 +12,11 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_kernels import ArrayKernels
+from onemodel.backends.cupy_gpu.availability import unavailable_reason
 from onemodel.backends.cupy_gpu.elementwise import ElementwiseSource, generated_tail
 from onemodel.backends.errors import BackendUnavailableError
 from onemodel.tensors import DType, Memory
 from onemodel.tensors.buffers import ALIGNMENT
-
-
-def unavailable_reason() -> str | None:
-    """Why the CuPy backend cannot run here, or None when it can."""
-    try:
-        import cupy
-
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as error:  # a missing library, driver or device all mean "not here"
-        return f"CuPy cannot reach a CUDA device: {type(error).__name__}: {error}"
-    if count <= 0:
-        return "CuPy found no CUDA device"
-    return None
-
-
-def available() -> bool:
-    """Whether CuPy imports and sees at least one CUDA device."""
-    return unavailable_reason() is None
 
 
 def device_memory() -> Memory:

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.graph.operators.base import Array, NodeInfo, OpDef, Operator, RunContext
+from onemodel.graph.operators.base import (
+    Array,
+    NodeInfo,
+    OpDef,
+    Operator,
+    RunContext,
+    TensorSpec,
+)
 from onemodel.tensors import numpy_dtype_for_onnx
 
 
@@ -50,7 +57,9 @@ class ControlFlow(Operator):
     @staticmethod
     def host_scalar(ctx: RunContext, value: Array) -> Any:
         """The first element of a condition or count, on the host (`item` where it is the
-        only one: half the cost of reshaping)."""
+        only one: half the cost of reshaping; a NumPy scalar array needs no transfer)."""
+        if type(value) is np.ndarray and value.size == 1:
+            return value.item()
         host = ctx.kernels.memory.to_host(value)
         return host.item() if host.size == 1 else np.asarray(host).reshape(-1)[0]
 
@@ -81,6 +90,49 @@ class IfOp(ControlFlow):
             return self.then_branch.run_body([inputs[i] for i in self.then_outer], ctx)
         return self.else_branch.run_body([inputs[i] for i in self.else_outer], ctx)
 
+    def bound_run(self, specs: Sequence[Any]) -> Any:
+        """`run` for one parent run state whose plan fixed the type and shape of every value
+        the branches read (`specs`, by node input): each branch's plan and a run state of it
+        are found on its first entry and kept, so that entering a branch makes no key and
+        takes nothing from a pool. None where some value is planned at run time."""
+        then_entry = _BranchEntry(self.then_branch, self.then_outer, specs)
+        else_entry = _BranchEntry(self.else_branch, self.else_outer, specs)
+        if then_entry.signature is None or else_entry.signature is None:
+            return None
+        host_scalar = self.host_scalar
+
+        def run(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
+            condition = inputs[0]
+            if type(condition) is np.ndarray and condition.size == 1:
+                taken = condition.item()
+            else:
+                taken = host_scalar(ctx, condition)
+            return (then_entry if taken else else_entry).run(ctx, inputs)
+
+        return run
+
+
+class _BranchEntry:
+    """One branch of an If as one parent run state enters it (see `IfOp.bound_run`)."""
+
+    __slots__ = ("executor", "ids", "outer", "signature", "state")
+
+    def __init__(self, executor: Any, outer: tuple[int, ...], specs: Sequence[Any]) -> None:
+        self.executor = executor
+        self.outer = outer
+        self.ids = executor.graph.input_ids
+        signature = tuple(specs[i] for i in outer)
+        tensors = all(isinstance(spec, TensorSpec) for spec in signature)
+        self.signature = signature if tensors else None
+        self.state: Any = None
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None]) -> list[Array]:
+        state = self.state
+        if state is None:  # planned on first entry: a branch never taken costs nothing
+            state = self.state = self.executor.plan(self.signature)[1].take()
+        values = [inputs[i] for i in self.outer]
+        return state.run_nested(zip(self.ids, values, strict=True), ctx)
+
 
 class LoopOp(ControlFlow):
     """Runs the body while the trip count and the condition allow, carrying N values from one
@@ -102,17 +154,29 @@ class LoopOp(ControlFlow):
         carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
         scans: list[list[Array]] = []
         iteration = 0
-        while going and (limit is None or iteration < limit):
-            ctx.check(self.node.name)
-            positional = (xp.asarray(np.int64(iteration)), xp.asarray(np.bool_(going)), *carried)
-            values = self.body_values(self.loop_body, positional, inputs, self.outer)
-            results = self.loop_body.run_body(values, ctx)
-            going = bool(self.host_scalar(ctx, results[0]))
-            carried = results[1 : 1 + self.carried]
-            scanned = results[1 + self.carried :]
-            ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
-            scans.append(scanned)
-            iteration += 1
+        body = self.loop_body
+        outer = [inputs[i] for i in self.outer]  # the same in every iteration
+        true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
+        guarded = ctx.guard is not None
+        held = None  # the body's run state, while the carried values keep their shapes
+        try:
+            while going and (limit is None or iteration < limit):
+                if guarded:
+                    ctx.check(self.node.name)
+                values = [xp.asarray(np.int64(iteration)), true, *carried, *outer]
+                if iteration == 0 and (limit is None or limit > 1):  # pays from the second on
+                    held = body.hold_carrying(values, self.carried)
+                results = body.run_body(values, ctx) if held is None else held.run(values, ctx)
+                going = bool(self.host_scalar(ctx, results[0]))
+                carried = results[1 : 1 + self.carried]
+                scanned = results[1 + self.carried :]
+                if guarded:
+                    ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
+                scans.append(scanned)
+                iteration += 1
+        finally:
+            if held is not None:
+                held.release()
         scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
         stacked = [
             xp.stack([outs[k] for outs in scans])
