@@ -162,6 +162,9 @@ class MatMulOp(MatrixProduct):
         self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
     ) -> None:
         (out,) = outputs
+        if inputs[0].ndim == inputs[1].ndim == 2 and not ctx.exact:  # two matrices: no reshapes
+            ctx.kernels.matmul_arrays(inputs[0], inputs[1], out)
+            return
         a_matrix, b_matrix = as_matrices(inputs[0], inputs[1])
         batch = out.shape[: max(a_matrix.ndim, b_matrix.ndim) - 2]
         product = out.reshape(*batch, a_matrix.shape[-2], b_matrix.shape[-1])

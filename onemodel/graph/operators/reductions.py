@@ -248,6 +248,19 @@ class ReduceL2Op(Reduction):
 class ReduceMeanOp(Reduction):
     supports_exact = True
 
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, out = inputs[0], outputs[0]
+        given = self.axes_from_input and len(inputs) > 1 and inputs[1] is not None
+        if not given and not ctx.exact and x.dtype.char in "fd" and 0 < x.size <= GEMV_ABOVE:
+            axes = self._run_settings(ctx.xp, None, x)[0]
+            if axes is not None:
+                # Small, fast mode: `_reduce`'s sum and division straight into out.
+                with quiet():
+                    x.sum(axis=axes, dtype=x.dtype, out=out, keepdims=bool(self.keepdims))
+                    ctx.xp.divide(out, math.prod(x.shape[a] for a in axes), out=out)
+                return
+        super().run(ctx, inputs, outputs)
+
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         """The sum (`float_sum`) divided by the count, as `mean` computes it."""
         total = xp.asarray(float_sum(xp, values, axes))  # an array even when it is one value
