@@ -67,5 +67,6 @@ def transpose_copy(x: np.ndarray, perm: Sequence[int], out: np.ndarray) -> None:
 def take_checked(data: np.ndarray, positions: np.ndarray, axis: int, out: np.ndarray) -> None:
     """np.take of positions already checked to be in range: mode "clip" (a no-op on them),
     since the default mode copies through a buffer when `out` is given (3× slower for
-    256 rows of 1024 float32)."""
-    np.take(data, positions, axis=axis, out=out, mode="clip")
+    256 rows of 1024 float32). The array's method: np.take's Python wrapper costs a
+    microsecond more, the whole of a small Gather's work."""
+    data.take(positions, axis=axis, out=out, mode="clip")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from onnx import TensorProto
 
-from onemodel.backends.broadcasting import ufunc_into
+from onemodel.backends.broadcasting import ROW_BUFFER_ABOVE, ufunc_into
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
@@ -130,6 +130,20 @@ class BinaryUfunc(ElementwiseBinary):
     a broadcast operand, one row's ufunc buffer: backends/broadcasting.py)."""
 
     ufunc: ClassVar[str]
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        # The small-output path below is `compute` only where no subclass replaced it.
+        self.plain = not self.legacy and type(self).compute is BinaryUfunc.compute
+
+    def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
+        out = outputs[0]
+        if out.size <= ROW_BUFFER_ABOVE and not ctx.exact and self.plain:
+            # Small: the ufunc straight into out (no buffer setting to weigh, no layers).
+            with quiet():
+                getattr(ctx.xp, self.ufunc)(inputs[0], inputs[1], out=out)
+            return
+        super().run(ctx, inputs, outputs)
 
     def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
         ufunc_into(xp, getattr(xp, self.ufunc), a, b, out=out)

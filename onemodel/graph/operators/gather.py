@@ -90,6 +90,17 @@ class GatherOp(AxisIndexingOperator):
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         data, indices = inputs[0], inputs[1]
         axis = self.data_axis(data.ndim)
+        if indices.ndim == 0:
+            # One index (a row of a table, a state's slot): checked as a Python int, without
+            # the four whole-array passes a tensor of indices takes.
+            position, extent = int(indices), data.shape[axis]
+            if not -extent <= position < extent:
+                raise self.node.bad_input(
+                    f"Gather index {position} is out of range for {self.where(data.shape, axis)}",
+                    self.node.inputs[1],
+                )
+            ctx.kernels.take_arrays(data, position % extent, axis, outputs[0])
+            return
         positions = self.checked_indices(
             ctx, indices, data.shape[axis], self.where(data.shape, axis)
         )

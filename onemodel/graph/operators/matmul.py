@@ -27,9 +27,7 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.graph.operators.unary import IEEE_FLOATS, WIDE_INTEGERS
-from onemodel.tensors import DType, numpy_dtype_for_onnx
-
-BFLOAT16 = numpy_dtype_for_onnx(DType.BFLOAT16)
+from onemodel.tensors import DType
 
 
 def _product_types(opset: int) -> frozenset[int]:
@@ -164,6 +162,9 @@ class MatMulOp(MatrixProduct):
         self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
     ) -> None:
         (out,) = outputs
+        if inputs[0].ndim == inputs[1].ndim == 2 and not ctx.exact:  # two matrices: no reshapes
+            ctx.kernels.matmul_arrays(inputs[0], inputs[1], out)
+            return
         a_matrix, b_matrix = as_matrices(inputs[0], inputs[1])
         batch = out.shape[: max(a_matrix.ndim, b_matrix.ndim) - 2]
         product = out.reshape(*batch, a_matrix.shape[-2], b_matrix.shape[-1])
@@ -220,7 +221,7 @@ class GemmOp(MatrixProduct):
         a, b, c = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
         (out,) = outputs
         xp = ctx.xp
-        if not ctx.exact and out.dtype in (xp.float16, BFLOAT16):
+        if not ctx.exact and out.dtype.itemsize == 2 and out.dtype.kind in "fV":
             # onnxruntime forms a float16 Gemm's whole epilogue in float32 and rounds once
             # (its CPU kernel runs the float32 Gemm between casts): so does fast mode.
             wide = xp.empty(out.shape, dtype=xp.float32)

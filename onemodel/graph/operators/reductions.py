@@ -177,6 +177,8 @@ def float_sum(xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
     values once (0.12 ns an element here, AMD EPYC, 1 thread), where NumPy's pairwise sum along
     a contiguous axis takes 0.29 ns and onnxruntime 0.23 ns. x · 1 is exact, so infinities and
     NaN add as they would; an all -0 run sums to +0."""
+    if values.size <= GEMV_ABOVE:  # first: the checks below cost more than a small sum
+        return values.sum(axis=axes, dtype=values.dtype)  # the method: no wrapper's cost
     first, last = axes[0], axes[-1]
     run = math.prod(values.shape[first : last + 1])
     if (
@@ -184,7 +186,6 @@ def float_sum(xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         or axes != tuple(range(first, last + 1))
         or not values.flags.c_contiguous
         or not 1 < run <= GEMV_RUN_LIMIT
-        or values.size <= GEMV_ABOVE
     ):
         return xp.sum(values, axis=axes, dtype=values.dtype)
     outer = math.prod(values.shape[:first])
@@ -246,6 +247,19 @@ class ReduceL2Op(Reduction):
 
 class ReduceMeanOp(Reduction):
     supports_exact = True
+
+    def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        x, out = inputs[0], outputs[0]
+        given = self.axes_from_input and len(inputs) > 1 and inputs[1] is not None
+        if not given and not ctx.exact and x.dtype.char in "fd" and 0 < x.size <= GEMV_ABOVE:
+            axes = self._run_settings(ctx.xp, None, x)[0]
+            if axes is not None:
+                # Small, fast mode: `_reduce`'s sum and division straight into out.
+                with quiet():
+                    x.sum(axis=axes, dtype=x.dtype, out=out, keepdims=bool(self.keepdims))
+                    ctx.xp.divide(out, math.prod(x.shape[a] for a in axes), out=out)
+                return
+        super().run(ctx, inputs, outputs)
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         """The sum (`float_sum`) divided by the count, as `mean` computes it."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import numpy as np
 from onnx import TensorProto
 
 from onemodel.backends import activations, exact_elementary
@@ -51,6 +52,11 @@ FLOAT8S = frozenset(
 )
 
 
+FLOAT32 = np.dtype(np.float32)
+# At most this many elements, an element-wise step's Python layers cost more than its passes.
+SMALL = 4096
+
+
 def widened(xp: Any, x: Array) -> Array:
     """Floats narrower than float32 as float32, anything else as it is: composite formulas keep
     float32 precision in every step and round once, into the output."""
@@ -81,7 +87,10 @@ class ElementwiseUnary(Operator):
     def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
         # Overflow, log(0), 0/0 and friends have IEEE results that ONNX defines; warnings would
         # only make the backends behave differently.
-        x = inputs[0]
+        x, out = inputs[0], outputs[0]
+        if x.dtype.char == out.dtype.char == "f" and x.size <= SMALL and not ctx.exact:
+            self.run_small(ctx, x, out)
+            return
         with quiet():
             if ctx.exact:
                 self.compute_exact(ctx.kernels, x, outputs[0])
@@ -92,6 +101,17 @@ class ElementwiseUnary(Operator):
                 )
             else:
                 self.compute(ctx.xp, x, outputs[0])
+
+    def run_small(self, ctx: RunContext, x: Array, out: Array) -> None:
+        """Fast mode on a small float32 x: the kernel called straight, without the widening,
+        blocking and error-state layers, whose Python costs more than the work here."""
+        with quiet():
+            if self.fast_kernel is None:
+                self.compute(ctx.xp, x, out)
+                return
+            kernel, count = self.fast_kernel
+            work = list(ctx.scratch((count, *x.shape), FLOAT32)) if count else []
+            kernel(ctx.xp, x, out, work, *self.fast_parameters())
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         """Fill `out` from `x`; `out` may be the same array as `x`."""
