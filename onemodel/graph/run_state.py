@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onemodel.backends.fp_errors import in_run, run_scope
+from onemodel.backends.numpy_cpu import output_pool
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
@@ -31,7 +32,7 @@ from onemodel.graph.values import (
     run_operator,
     spec_of,
 )
-from onemodel.tensors import Arena, BufferPool
+from onemodel.tensors import HOST, Arena, BufferPool
 from onemodel.tensors.buffers import POISON
 
 _NO_TARGETS: Mapping[int, Any] = {}  # never written: a run without the caller's output arrays
@@ -66,7 +67,13 @@ class _Step:
     )  # fmt: skip
 
     def __init__(
-        self, step: Any, call: Any, table: list[Any], per_run: set[int], plan_specs: list[Any]
+        self,
+        step: Any,
+        call: Any,
+        table: list[Any],
+        per_run: set[int],
+        plan_specs: list[Any],
+        allocator: Any,
     ) -> None:
         self.kind = step.kind
         self.node = step.node
@@ -91,12 +98,14 @@ class _Step:
         fixed = step.kind is StepKind.STATIC and not any(v in per_run for v in step.outputs)
         # Static outputs in the slab are the same arrays in every run of this state.
         self.fixed_outs = [table[v] for v in step.outputs] if fixed else None
-        # Per output of a static step: (shape, dtype) of the new array each run makes for a
-        # graph output, None for one in the slab.
+        # Per output of a static step: (allocate, shape, dtype) of the new array each run
+        # makes for a graph output, None for one in the slab.
         self.fresh = None
         if step.kind is StepKind.STATIC and not fixed:
             self.fresh = [
-                (spec.shape, spec.numpy_dtype) if v in per_run else None
+                (allocator(spec.shape, spec.numpy_dtype), spec.shape, spec.numpy_dtype)
+                if v in per_run
+                else None
                 for v, spec in zip(step.outputs, step.specs, strict=True)
             ]
 
@@ -130,7 +139,11 @@ class RunState:
         self.scope = run_scope()  # reused: a state runs on one thread at a time
         # Checked runs take scratch from a poisoned arena; others keep it from run to run.
         arena = Arena(BufferPool(memory, checked=True)) if checked else None
-        self.empty = plan.graph.kernels.xp.empty
+        # Large host outputs come from the output pool, except in checked runs (fresh memory).
+        pooled = memory is HOST and not checked
+        empty = plan.graph.kernels.xp.empty
+        allocator = output_pool.output_allocator if pooled else lambda *spec: empty
+        self.copy_out = output_pool.copy_out if pooled else _copy
         self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, arena, keeps_scratch=True)
         calls = (prepared or Prepared(plan)).calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
@@ -141,7 +154,7 @@ class RunState:
                 source = table[step.inputs[step.node.operator.view_of_input]]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
                 continue
-            self.steps.append(_Step(step, calls[index], table, plan.per_run, plan.specs))
+            self.steps.append(_Step(step, calls[index], table, plan.per_run, plan.specs, allocator))
             self.releases.append(plan.memory.releases[index])
 
     def _view(self, offset: int, spec: TensorSpec) -> Any:
@@ -293,14 +306,15 @@ class RunState:
     def _fresh_outputs(self, step: _Step, table: list[Any], given: Mapping[int, Any]) -> list:
         """A static step's outputs when some are graph outputs: the caller's array or a new one
         for those, the slab for the rest."""
-        empty = self.empty
         outs = []
         for value_id, fresh in zip(step.outputs, step.fresh, strict=True):
             if fresh is None:
                 out = table[value_id]
             else:
                 out = given.get(value_id)
-                table[value_id] = out = empty(*fresh) if out is None else out
+                if out is None:
+                    out = fresh[0](fresh[1], fresh[2])
+                table[value_id] = out
             outs.append(out)
         return outs
 
@@ -385,7 +399,11 @@ class RunState:
             return array
         if isinstance(array, list):
             return [element.copy() for element in array]
-        return array.copy()
+        return self.copy_out(array)
+
+
+def _copy(array: Any) -> Any:
+    return array.copy()
 
 
 class StatePool:
