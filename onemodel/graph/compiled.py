@@ -18,8 +18,7 @@ from onemodel.graph import ir, onnx_arity
 from onemodel.graph.common_subexpressions import without_common_subexpressions
 from onemodel.graph.gradient import expand_gradients, has_gradients
 from onemodel.graph.operators import optable
-from onemodel.graph.operators.base import NodeInfo, OpDef, Operator
-from onemodel.graph.operators.training import INTERNAL_DOMAIN
+from onemodel.graph.operators.base import INTERNAL_DOMAIN, NodeInfo, OpDef, Operator
 from onemodel.graph.operators.widen import WidenOp
 from onemodel.graph.passes.base import OptimizationLevel, PassContext
 from onemodel.graph.passes.pass_graph import PassGraph, PassNode

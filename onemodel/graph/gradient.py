@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph import ir
+from onemodel.graph.operators.base import INTERNAL_DOMAIN
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
-INTERNAL_DOMAIN = "onemodel.internal"
 
 # For each differentiable operator: (node, output gradient name, emit) -> the gradient names
 # of its inputs, in order, before un-broadcasting.

@@ -39,6 +39,7 @@ from onemodel.tensors.shapes import check_shape
 
 Array = Any  # an array of the session's backend (numpy.ndarray or cupy.ndarray)
 MICROSOFT = "com.microsoft"  # onnxruntime's contrib-operator domain
+INTERNAL_DOMAIN = "onemodel.internal"  # operators only graph rewrites emit
 _MISSING = object()
 
 

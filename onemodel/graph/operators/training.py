@@ -26,6 +26,7 @@ import numpy as np
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
+    INTERNAL_DOMAIN,
     Array,
     InferContext,
     NodeInfo,
@@ -37,7 +38,6 @@ from onemodel.graph.operators.base import (
 from onemodel.tensors import DType
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
-INTERNAL_DOMAIN = "onemodel.internal"  # operators only graph rewrites emit
 _FLOATS = frozenset({DType.FLOAT, DType.DOUBLE})
 _COUNT = frozenset({DType.INT64})
 

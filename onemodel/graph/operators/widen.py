@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onemodel.graph.operators.base import (
+    INTERNAL_DOMAIN,
     Array,
     InferContext,
     NodeInfo,
@@ -20,7 +21,6 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.training import INTERNAL_DOMAIN
 from onemodel.tensors import DType
 from onemodel.tensors.conversions import bfloat16_bits_to_float32, float16_bits_to_float32
 

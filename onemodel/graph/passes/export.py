@@ -16,8 +16,8 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from onemodel.graph import ir
+from onemodel.graph.operators.base import INTERNAL_DOMAIN
 from onemodel.graph.operators.fused import Fused
-from onemodel.graph.operators.training import INTERNAL_DOMAIN
 
 
 def optimized_model(graph: Any, model: ir.Model) -> onnx.ModelProto:

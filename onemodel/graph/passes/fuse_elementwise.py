@@ -8,9 +8,8 @@ elsewhere. Each member computes as it would alone, so bits are preserved.
 from __future__ import annotations
 
 from onemodel.graph.ir import canonical_domain
-from onemodel.graph.operators.base import NodeInfo
+from onemodel.graph.operators.base import INTERNAL_DOMAIN, NodeInfo
 from onemodel.graph.operators.fused import PREVIOUS, Fused, Member
-from onemodel.graph.operators.training import INTERNAL_DOMAIN
 from onemodel.graph.passes.base import GraphPass, OptimizationLevel, PassContext
 from onemodel.graph.passes.pass_graph import ABSENT, PassGraph, PassNode
 
