@@ -122,6 +122,15 @@ def _decoder(**extra: Any) -> dict[str, Any]:
     )  # fmt: skip
 
 
+def _seq2seq() -> dict[str, Any]:
+    """The sizes BART- and Whisper-style encoder-decoder configs share."""
+    return dict(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+    )  # fmt: skip
+
+
 def optimum_families() -> dict[str, tuple[Callable[[], Any], str, str]]:
     """Family → (model factory, optimum task)."""
     import transformers as t
@@ -202,14 +211,7 @@ def optimum_families() -> dict[str, tuple[Callable[[], Any], str, str]]:
         "whisper": (
             lambda: t.WhisperForConditionalGeneration(
                 t.WhisperConfig(
-                    vocab_size=VOCAB,
-                    d_model=32,
-                    encoder_layers=2,
-                    decoder_layers=2,
-                    encoder_attention_heads=2,
-                    decoder_attention_heads=2,
-                    encoder_ffn_dim=64,
-                    decoder_ffn_dim=64,
+                    **_seq2seq(),
                     num_mel_bins=16,
                     max_source_positions=1500,
                     max_target_positions=32,
@@ -272,14 +274,7 @@ def optimum_families() -> dict[str, tuple[Callable[[], Any], str, str]]:
         "bart": (
             lambda: t.BartForConditionalGeneration(
                 t.BartConfig(
-                    vocab_size=VOCAB,
-                    d_model=32,
-                    encoder_layers=2,
-                    decoder_layers=2,
-                    encoder_attention_heads=2,
-                    decoder_attention_heads=2,
-                    encoder_ffn_dim=64,
-                    decoder_ffn_dim=64,
+                    **_seq2seq(),
                     max_position_embeddings=64,
                 )
             ),
