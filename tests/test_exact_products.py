@@ -60,6 +60,15 @@ def test_einsum_contractions_are_the_exact_dot_products_rounded_once(backend: st
         (got,) = _exact("Einsum", [a], {"equation": "mk->m"}, backend, opset=12)
         ones = np.ones((a.shape[1], 1), dtype=np.float32)
         assert_bits(got, oracle(a, ones, np.float32)[:, 0])
+    depth = 1 << 16  # a long sum that cancels to a remainder far below its terms
+    rng = np.random.default_rng(2)
+    long = rng.standard_normal((1, depth)) * 2.0 ** rng.integers(-30, 30, (1, depth))
+    long = long.astype(np.float32)
+    long[0, depth // 2 :] = -long[0, : depth // 2]
+    long[0, -1] = np.float32(2.0**-60)
+    column = np.ones((depth, 2), dtype=np.float32)
+    (got,) = _exact("Einsum", [long, column], {"equation": "mk,kn->mn"}, backend, opset=12)
+    assert_bits(got, oracle(long, column, np.float32))
     a, b = _operands(3)
     c = np.random.default_rng(1).standard_normal((b.shape[1], 3)).astype(np.float32)
     (got,) = _exact("Einsum", [a, b, c], {"equation": "ij,jk,kl->il"}, backend, opset=12)
@@ -126,6 +135,23 @@ def test_dft_is_the_exact_product_with_the_float64_twiddles(backend: str) -> Non
         (got,) = _exact("DFT", [a[..., None]], {}, backend, opset=20)
         assert_bits(got[..., 0], oracle(a, cosine, np.float32))
         assert_bits(got[..., 1], oracle(a, sine, np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inverse_dft_divides_the_exact_product_once_by_the_length(backend: str) -> None:
+    for seed in SEEDS:
+        real, imag = _operands(seed)
+        imag = np.resize(imag.reshape(-1), real.shape).astype(np.float32)
+        length = real.shape[1]
+        cosine, sine = _twiddles(length)  # forward's: the inverse's sine has the other sign
+        (got,) = _exact("DFT", [np.stack([real, imag], axis=-1)], {"inverse": 1}, backend, opset=20)
+        signal = np.concatenate([real, imag], axis=1)
+        with np.errstate(all="ignore"):
+            for index, weights in enumerate(
+                (np.concatenate([cosine, sine]), np.concatenate([-sine, cosine]))
+            ):
+                want = oracle(signal, weights, np.float32).astype(np.float64) / length
+                assert_bits(got[..., index], want.astype(np.float32))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
