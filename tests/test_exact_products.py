@@ -3,11 +3,12 @@
 ConvTranspose, Attention (scores and probabilities · V), Einsum, DFT, AffineGrid and the
 linear models multiply through exact_products (docs/exact-mode.md's table): for float32
 inputs each dot product is the exact sum rounded once into float32, whatever the BLAS's order.
-Each case compares a one-node run, on NumPy, numpy-reference and the flushing checked-device
-stand-in, with tests/exact_oracle.py (integer sums, one rounding by Fraction) on adversarial
-operands: cancellation, exponents far apart in one sum, subnormals, ±0, inf and NaN, and long
-sums. A multiplication by a float64 constant (DFT's twiddles, AffineGrid's base points) is
-the exact product with that constant, by its exact split into three float32 parts.
+Each case compares a one-node run, on NumPy, numpy-reference, the flushing checked-device
+stand-in and (gpu mark) CuPy, with tests/exact_oracle.py (integer sums, one rounding by
+Fraction) on adversarial operands: cancellation, exponents far apart in one sum, subnormals,
+±0, inf and NaN, and long sums. A multiplication by a float64 constant (DFT's twiddles,
+AffineGrid's base points) is the exact product with that constant, by its exact split into
+three float32 parts.
 """
 
 from __future__ import annotations
@@ -20,14 +21,30 @@ import pytest
 from exact_oracle import adversarial_operands, oracle
 from operator_harness import run_node
 
+from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.backends.exact_activations import masked_softmax
 from onemodel.backends.exact_elementary import sincos64
 from onemodel.backends.numpy_cpu.reference import ReferenceKernels
 from onemodel.graph.operators.exact_products import constant_product, float32_parts
 from onemodel.graph.operators.resize import base_coordinates
 
-BACKENDS = ("numpy", "numpy-reference", "checked-device")
 SEEDS = range(40)
+
+
+@pytest.fixture(
+    params=[
+        "numpy",
+        "numpy-reference",
+        "checked-device",
+        pytest.param("cupy", marks=pytest.mark.gpu),
+    ]
+)
+def backend(request: pytest.FixtureRequest) -> str:
+    try:
+        KernelPaths.get(request.param)
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
+    return request.param
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -51,7 +68,6 @@ def _exact(op_type: str, inputs: list, attributes: dict, backend: str, **kwargs)
     return run_node(op_type, inputs, attributes, backend=backend, exact=True, **kwargs)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_einsum_contractions_are_the_exact_dot_products_rounded_once(backend: str) -> None:
     for seed in SEEDS:
         a, b = _operands(seed)
@@ -75,7 +91,6 @@ def test_einsum_contractions_are_the_exact_dot_products_rounded_once(backend: st
     assert_bits(got, oracle(oracle(a, b, np.float32), c, np.float32))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_conv_transpose_columns_are_exact_dot_products_over_the_channels(backend: str) -> None:
     """Kernel 2, stride 2: each output takes one column (added to +0), the exact sum over the
     channels rounded once. Kernel 3, stride 1: the columns so rounded, then summed in float64
@@ -97,7 +112,6 @@ def test_conv_transpose_columns_are_exact_dot_products_over_the_channels(backend
         assert_bits(got, total.astype(np.float32)[None])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_scores_and_values_are_exact_dot_products(backend: str) -> None:
     """scale 1: the scores (qk_matmul_output) are the exact Q·Kᵀ rounded once into float32;
     Y is the exact P·V with P the exact softmax of the scores rounded to float32."""
@@ -127,7 +141,6 @@ def _twiddles(length: int) -> tuple[np.ndarray, np.ndarray]:
     return cosine.T, -sine.T
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_dft_is_the_exact_product_with_the_float64_twiddles(backend: str) -> None:
     for seed in SEEDS:
         a, _ = _operands(seed)  # rows of signals of length K
@@ -137,7 +150,6 @@ def test_dft_is_the_exact_product_with_the_float64_twiddles(backend: str) -> Non
         assert_bits(got[..., 1], oracle(a, sine, np.float32))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_inverse_dft_divides_the_exact_product_once_by_the_length(backend: str) -> None:
     for seed in SEEDS:
         real, imag = _operands(seed)
@@ -154,7 +166,6 @@ def test_inverse_dft_divides_the_exact_product_once_by_the_length(backend: str) 
                 assert_bits(got[..., index], want.astype(np.float32))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_affine_grid_is_the_exact_product_with_the_base_points(backend: str) -> None:
     rng = np.random.default_rng(5)
     for seed in SEEDS:
@@ -172,7 +183,6 @@ def test_affine_grid_is_the_exact_product_with_the_base_points(backend: str) -> 
             assert_bits(got[n], want)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_linear_regressor_scores_are_exact_dot_products(backend: str) -> None:
     for seed in SEEDS:
         a, b = _operands(seed)
