@@ -69,3 +69,27 @@ def batched_oracle(a: np.ndarray, b: np.ndarray, dtype: Any = np.float32) -> np.
     for index in np.ndindex(*batch):
         out[index] = oracle(a[index], b[index], dtype)
     return out
+
+
+def adversarial_operands(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A small random case mixing what makes exact products hard: wide exponent ranges,
+    cancelling twins with small perturbations, subnormals, zeros of both signs and, sometimes,
+    infinities and NaNs."""
+    m, k, n = (int(v) for v in rng.integers(1, 9, 3))
+    k = int(rng.choice([k, 2 * k, 64]))
+    spread = int(rng.choice([0, 8, 40, 120]))
+    a = rng.standard_normal((m, k)) * 2.0 ** rng.integers(-spread, spread + 1, (m, k))
+    b = rng.standard_normal((k, n)) * 2.0 ** rng.integers(-spread, spread + 1, (k, n))
+    if rng.random() < 0.5 and k > 1:  # twins: every row cancels, up to perturbed columns
+        half = k // 2
+        a[:, half : 2 * half] = a[:, :half]
+        b[half : 2 * half] = -b[:half] * (1 + rng.choice([0, 2**-23, 2**-12], (half, n)))
+    if rng.random() < 0.3:
+        a *= 2.0**-130  # subnormal operands and results
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    for x in (a, b):
+        if rng.random() < 0.3:
+            x[tuple(rng.integers(0, s) for s in x.shape)] = -0.0
+        if rng.random() < 0.15:
+            x[tuple(rng.integers(0, s) for s in x.shape)] = rng.choice([np.inf, -np.inf, np.nan])
+    return a, b

@@ -16,7 +16,7 @@ from typing import Any
 
 from onemodel.backends.array_types import NARROW_FLOATS, Scratch
 from onemodel.backends.fp_errors import quiet
-from onemodel.backends.ieee_float32 import store
+from onemodel.backends.ieee_float32 import store, widen
 
 
 class ConvolutionKernels:
@@ -222,8 +222,9 @@ class ConvolutionKernels:
         the output's stride phases and one strided copy per phase (col2im). Temporaries live in
         `scratch` memory when given (a run's arena, whose pages are already mapped: fresh 3 MB
         columns cost as much as their GEMM in page faults).
-        `exact`: the columns by exact_matmul_arrays into float64, the adds in float64 in
-        kernel-offset row-major order from +0, rounded once into `out`.
+        `exact`: the columns by exact_matmul_arrays (each the exact dot product over the input
+        channels rounded once into float32, or for float64 the ordered float64 sum), the adds
+        in float64 in kernel-offset row-major order from +0, rounded once into `out`.
         """
         xp = self.xp
         allocate = scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype))
@@ -231,12 +232,13 @@ class ConvolutionKernels:
         groups, kernel = group, w.shape[2:]
         out_channels = out.shape[1]
         compute = xp.float32 if out.dtype in NARROW_FLOATS else out.dtype
-        if exact:
-            compute = xp.float64
+        accumulate = xp.float64 if exact else compute
         weights = w.reshape(groups, channels // groups, -1).swapaxes(1, 2)
         inputs = x.reshape(batch, groups, channels // groups, -1)
         columns = allocate((batch, groups, weights.shape[1], inputs.shape[-1]), compute)
         (self.exact_matmul_arrays if exact else self.matmul_arrays)(weights, inputs, columns)
+        if exact and columns.dtype != accumulate:  # float32 columns, subnormals kept
+            columns = widen(xp, columns)
         columns = columns.reshape(batch, out_channels, *kernel, *spatial)
         if (
             not exact
@@ -269,7 +271,7 @@ class ConvolutionKernels:
             )
         ]
         rows = [-(-r // s) for r, s in zip(reach, strides, strict=True)]
-        phases = allocate((*strides, batch, out_channels, *rows), compute)
+        phases = allocate((*strides, batch, out_channels, *rows), accumulate)
         phases[...] = 0
         with quiet():
             for taps in itertools.product(*(range(k) for k in kernel)):

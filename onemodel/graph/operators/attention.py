@@ -35,7 +35,7 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
-from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.exact_products import working_product
 from onemodel.graph.operators.normalization import exact_affine
 from onemodel.graph.operators.unary import FLOATS, widened
 from onemodel.tensors import DType, numpy_dtype_for_onnx
@@ -89,21 +89,23 @@ class AttentionMath:
 
 
 class ExactAttentionMath(AttentionMath):
-    """Exact mode's: float64 from exactly widened operands, products by exact_matmul_arrays
-    into float64, tanh64 and the exact softmax (exact_activations.masked_softmax), every
-    output rounded once."""
+    """Exact mode's: float64 from exactly widened operands of type `dtype`, the products
+    `working_product`'s (float32, float16, bfloat16: the operands rounded to float32, each
+    element the exact dot product rounded once into float32; float64: the ordered float64
+    sum), tanh64 and the exact softmax (exact_activations.masked_softmax), every output
+    rounded once."""
 
     exact = True
 
-    def __init__(self, kernels: Any) -> None:
+    def __init__(self, kernels: Any, dtype: Any) -> None:
         super().__init__(kernels.xp, kernels.xp.float64)
-        self.kernels = kernels
+        self.product = working_product(kernels, dtype)
 
     def cast(self, x: Array) -> Array:
         return widen(self.xp, x)
 
     def matmul(self, a: Array, b: Array) -> Array:
-        return exact_product(self.kernels, a, b)
+        return self.product(a, b)
 
     def tanh(self, x: Array) -> Array:
         return tanh64(self.xp, x)
@@ -329,7 +331,7 @@ class AttentionOp(DotProductAttention):
             if wanted[index]:
                 outputs[index][...] = present
         ops = (
-            ExactAttentionMath(ctx.kernels)
+            ExactAttentionMath(ctx.kernels, q.dtype)
             if ctx.exact
             else AttentionMath(xp, compute_dtype(xp, q, v))
         )
@@ -453,7 +455,7 @@ class FlexAttentionOp(DotProductAttention):
 
     Exact: Attention's recipe (ExactAttentionMath: float64 from exactly widened Q, K and V,
     Q·√scale and K·√scale one product each with √scale rounded to the inputs' type, the
-    scores and probabilities · V by the exact matmul into float64, the exact masked softmax),
+    scores and probabilities · V by working_product, the exact masked softmax),
     whatever softmax_precision says; a modifier subgraph is fed its values rounded once into
     softmax_precision, runs exactly, and its result is widened exactly back to float64; the
     output rounded once.
@@ -500,7 +502,7 @@ class FlexAttentionOp(DotProductAttention):
             precision = numpy_dtype_for_onnx(self.softmax_type)
         compute = xp.float64 if precision == np.float64 else xp.float32
         root = self._root_scale(self.scale, q.shape[-1], q.dtype)
-        ops = ExactAttentionMath(ctx.kernels) if ctx.exact else AttentionMath(xp, compute)
+        ops = ExactAttentionMath(ctx.kernels, q.dtype) if ctx.exact else AttentionMath(xp, compute)
         xp = ops.xp
         q, k = self._scaled(ops, q, root), self._scaled(ops, k, root)
         scores = self._grouped_scores(xp, q, k, ops.matmul)
@@ -541,7 +543,7 @@ class LinearAttentionOp(Operator):
     Hq / Hkv consecutive query heads. The state is kept in float32 (float64 is not a type of
     this operator) and rounded into present_state, of past_state's type or else query's.
     Exact: the same recurrence in float64 from exactly widened inputs, e^g by exp64, every
-    product Sᵀk and qᵀS by the exact matmul into float64, each other step one float64
+    product Sᵀk and qᵀS by working_product (float32 operands rounded), each other step one float64
     operation; both outputs rounded once.
     """
 
@@ -601,9 +603,9 @@ class LinearAttentionOp(Operator):
         exact = ctx.exact
         xp = ctx.kernels.xp if exact else ctx.xp
         work = xp.float64 if exact else xp.float32
-        matmul = functools.partial(exact_product, ctx.kernels) if exact else xp.matmul
         exp = functools.partial(exp64, xp) if exact else xp.exp
         query, key, value, past, decay, beta = (*inputs[:6], *[None] * (6 - len(inputs[:6])))
+        matmul = working_product(ctx.kernels, query.dtype) if exact else xp.matmul
         b, t, _ = query.shape
         hkv, group = self.kv_heads, self.q_heads // self.kv_heads
         dk = query.shape[2] // self.q_heads

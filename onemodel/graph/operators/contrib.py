@@ -37,7 +37,6 @@ from onemodel.graph.operators.base import (
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
 from onemodel.graph.operators.conv import SlidingWindows, conv_channels, conv_group
-from onemodel.graph.operators.exact_products import exact_product
 from onemodel.graph.operators.matmul import as_matrices, matmul_shape
 from onemodel.graph.operators.normalization import Standardization, exact_affine
 from onemodel.graph.operators.quantize import DynamicQuantizeLinearOp, QuantizedProduct
@@ -416,8 +415,8 @@ class HeadsAttention(DotProductAttention):
     Masked keys get mask_filter_value added (not −inf), as onnxruntime does; `unidirectional`
     sets the future keys' scores to the lowest float, so a query whose past keys are all masked
     still attends to them evenly rather than to its future. Exact: ExactAttentionMath (float64
-    throughout; the lowest float is float64's), the projections by the exact matmul, the
-    output rounded once."""
+    throughout but the products, rounded into float32 for the narrower types; the lowest float
+    is float64's), the projections by its product, the output rounded once."""
 
     supports_exact = True
 
@@ -620,7 +619,7 @@ class MultiHeadAttention(HeadsAttention):
 def _attention_math(ctx: RunContext, dtype: Any) -> AttentionMath:
     """Exact mode's attention numerics, or fast mode's in the working type of `dtype`."""
     if ctx.exact:
-        return ExactAttentionMath(ctx.kernels)
+        return ExactAttentionMath(ctx.kernels, dtype)
     return AttentionMath(ctx.xp, _working_type(ctx.xp, dtype))
 
 
@@ -812,8 +811,8 @@ class MatMulNBits(Operator):
         weights = weights.reshape(self.n, padded)[:, : self.k]
         if ctx.exact:
             out = outputs[0]
-            product = exact_product(ctx.kernels, a.reshape(-1, self.k), weights.T)
-            store(ctx.kernels.xp, out, product.reshape(out.shape))
+            product = out.reshape(-1, out.shape[-1])
+            ctx.kernels.exact_matmul_arrays(a.reshape(-1, self.k), weights.T, product)
             if bias is not None:
                 xp.add(out, bias, out=out)
             return

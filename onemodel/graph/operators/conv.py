@@ -273,7 +273,8 @@ class ConvTransposeOp(Convolution):
     output. The output extent comes from `output_shape` (pads then follow), from auto_pad
     SAME_* (input × stride), or from pads and `output_padding`.
 
-    Exact: per group, the columns W^T·X by exact_matmul_arrays into float64; each output the
+    Exact: per group, the columns W^T·X by exact_matmul_arrays, each the exact dot product over
+    the channels rounded once into float32 (float64: the ordered float64 sum); each output the
     float64 sum from +0 of its columns in kernel-offset row-major order, rounded once; the bias
     then one rounded add."""
 

@@ -31,7 +31,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.conv import Placement, SlidingWindows
-from onemodel.graph.operators.exact_products import exact_product, float32_product
+from onemodel.graph.operators.exact_products import working_product
 from onemodel.graph.operators.selection import DataDependentOperator
 from onemodel.tensors import DType
 
@@ -125,8 +125,8 @@ class DeformConvOp(Operator):
         columns = columns.transpose(0, 1, 4, 2, 3).reshape(batch, self.group, -1, positions)
         weights = w.astype(compute, copy=False).reshape(self.group, w.shape[0] // self.group, -1)
         if ctx.exact:
-            product = exact_product if out.dtype == np.float64 else float32_product
-            result = product(ctx.kernels, weights, columns).reshape(out.shape)
+            product = working_product(ctx.kernels, out.dtype)
+            result = product(weights, columns).reshape(out.shape)
         else:
             result = xp.matmul(weights, columns).reshape(out.shape)
         if bias is not None:

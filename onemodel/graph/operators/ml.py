@@ -31,7 +31,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.exact_products import working_product
 from onemodel.graph.operators.strings import STRING, fill_from_host, string_array
 from onemodel.tensors import DType, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 
@@ -878,14 +878,15 @@ class LinearModel(Operator):
         return rows
 
     def linear(self, ctx: RunContext, x: Array) -> Array:
-        """X·Cᵀ + intercepts in float64. Exact mode: the product is exact_product's (the
-        ordered float64 sum over the features of exactly widened values), then one add."""
+        """X·Cᵀ + intercepts in float64. Exact mode: the product is working_product's for X's
+        type (float64: the ordered float64 sum over the features; other types: X rounded to
+        float32, each score the exact dot product rounded once into float32), then one add."""
         xp = ctx.kernels.xp if ctx.exact else ctx.xp
         rows = 1 if x.ndim == 1 else x.shape[0]
         features = x.reshape(rows, x.shape[-1])
         coefficients = xp.asarray(self.coefficients.T)
         if ctx.exact:
-            product = exact_product(ctx.kernels, widen(xp, features), coefficients)
+            product = working_product(ctx.kernels, x.dtype)(widen(xp, features), coefficients)
         else:
             product = features.astype(xp.float64) @ coefficients
         return product + xp.asarray(self.intercepts)

@@ -426,17 +426,19 @@ class QuantizedProduct(QuantizedOperator):
         self, ctx: RunContext, a: Array, a_zero: Array | None, b: Array, b_zero: Array | None
     ) -> Array:
         """(a − a_zero) @ (b − b_zero) in float64 as a (…, M, N) stack of matrices (a 1-D a is
-        one row, a 1-D b one column); callers reshape to numpy.matmul's result."""
+        one row, a 1-D b one column); callers reshape to numpy.matmul's result. The operands
+        are integers of at most 9 bits, so every partial sum is an exact integer (K < 2^37) in
+        whatever order the BLAS adds: exact mode takes the same product, a zero made +0 (the
+        exact matmul's zero)."""
         xp = ctx.xp
         a_shifted = _shift(xp, a, self.shaped(a_zero, a, per_row=True), xp.float64)
         b_shifted = _shift(xp, b, self.shaped(b_zero, b, per_row=False), xp.float64)
         a_matrix, b_matrix = as_matrices(a_shifted, b_shifted)
         batch = np.broadcast_shapes(a_matrix.shape[:-2], b_matrix.shape[:-2])
         product = xp.empty((*batch, a_matrix.shape[-2], b_matrix.shape[-1]), dtype=xp.float64)
-        kernels = ctx.kernels
-        (kernels.exact_matmul_arrays if ctx.exact else kernels.matmul_arrays)(
-            a_matrix, b_matrix, product
-        )
+        ctx.kernels.matmul_arrays(a_matrix, b_matrix, product)
+        if ctx.exact:
+            product += 0.0  # −0 + +0 = +0
         return product
 
 

@@ -49,7 +49,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.exact_products import constant_product
 from onemodel.graph.operators.unary import FLOATS, NUMERIC
 from onemodel.tensors import DType
 
@@ -741,7 +741,8 @@ def base_coordinates(size: int, align_corners: bool) -> np.ndarray:
 
 class AffineGridOp(Operator):
     """AffineGrid (20): theta (N, 2, 3) or (N, 3, 4) applied to the base grid of `size`.
-    Exact: the host float64 base points times θᵀ by the exact matmul, rounded once."""
+    Exact: θ times the host float64 base points by exact_products.constant_product (the exact
+    sum rounded once into float32), rounded once into the output."""
 
     supports_exact = True
 
@@ -776,9 +777,9 @@ class AffineGridOp(Operator):
         # Homogeneous (x, y[, z], 1): x runs along the last axis.
         points = np.stack([*reversed(mesh), np.ones(mesh[0].shape)], axis=-1)
         if ctx.exact:
-            points = ctx.kernels.xp.asarray(points.reshape(-1, len(spatial) + 1))
-            grid = exact_product(ctx.kernels, points, theta.transpose(0, 2, 1))
-            store_float(ctx.kernels.xp, out, grid.reshape(out.shape))
+            points = points.reshape(-1, len(spatial) + 1).T  # θ·pointsᵀ: the constant right
+            grid = constant_product(ctx.kernels, theta, points, theta.dtype)
+            store_float(ctx.kernels.xp, out, grid.transpose(0, 2, 1).reshape(out.shape))
             return
         work = working_dtype(theta.dtype)
         points = xp.asarray(points.reshape(-1, len(spatial) + 1).astype(work))

@@ -13,8 +13,9 @@ when those are known and returned as constants, with exact mode's cos, log1p and
 
 Exact mode's DFT and STFT are the transform's definition written as one exact matrix product:
 the twiddles cos θ and sin θ of θ = 2π·((k·n) mod L)/L by exact_elementary.sincos64, the real
-and imaginary parts of the signal side by side against them (one correctly rounded dot product
-per output part), the inverse divided once by L; an inverse onesided transform extends the
+and imaginary parts of the signal side by side against them (exact_products.constant_product:
+the exact sum with the float64 twiddles rounded once into float32), the inverse divided once
+by L; an inverse onesided transform extends the
 half spectrum by Hermitian symmetry and keeps the real part.
 """
 
@@ -39,7 +40,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.exact_products import exact_product
+from onemodel.graph.operators.exact_products import constant_product
 from onemodel.graph.operators.unary import FLOATS, NUMERIC, widened
 from onemodel.tensors import numpy_dtype_for_onnx
 
@@ -65,11 +66,18 @@ class SpectralOp(Operator):
 
 
 def exact_transform(
-    kernels: Any, parts: tuple[Array, Array | None], length: int, bins: int, inverse: bool
+    kernels: Any,
+    parts: tuple[Array, Array | None],
+    length: int,
+    bins: int,
+    inverse: bool,
+    dtype: Any,
 ) -> tuple[Array, Array]:
     """Exact mode's DFT of the last axis (zero-padded or cut to `length`) into `bins` bins:
-    the real and imaginary float64 parts (imaginary None for a real signal) side by side times
-    the twiddle matrices by the exact matmul, the inverse divided once by `length`."""
+    the real and imaginary float64 parts (imaginary None for a real signal) of a signal of type
+    `dtype` side by side times the float64 twiddle matrices by `constant_product` (float32,
+    float16, bfloat16: the exact sum rounded once into float32; float64: the ordered float64
+    sum), the inverse divided once by `length`."""
     xp = kernels.xp
     cut = [p[..., :length] for p in parts if p is not None]
     if cut[0].shape[-1] < length:
@@ -86,13 +94,12 @@ def exact_transform(
         imag_weights = np.concatenate([sine.T, cosine.T])
     signal = xp.concatenate(cut, axis=-1)
     rows = signal.reshape(-1, signal.shape[-1])
-    results = []
-    for weights in (real_weights, imag_weights):
-        part = exact_product(kernels, rows, xp.asarray(weights))
-        if inverse:
-            part = part / length
-        results.append(part.reshape(*signal.shape[:-1], bins))
-    return results[0], results[1]
+    weights = np.concatenate([real_weights, imag_weights], axis=1)  # both parts in one product
+    spectrum = constant_product(kernels, rows, weights, dtype)
+    if inverse:
+        spectrum = spectrum / length
+    spectrum = spectrum.reshape(*signal.shape[:-1], 2 * bins)
+    return spectrum[..., :bins], spectrum[..., bins:]
 
 
 class DFTOp(SpectralOp):
@@ -190,7 +197,7 @@ class DFTOp(SpectralOp):
         if self.onesided and self.inverse:  # Hermitian extension, then the real part
             length = out.shape[axis]
             real, imag = self._hermitian(xp, real, imag, length)
-            spectrum, _ = exact_transform(ctx.kernels, (real, imag), length, length, True)
+            spectrum, _ = exact_transform(ctx.kernels, (real, imag), length, length, True, x.dtype)
             store(xp, result[..., 0], spectrum)
             return
         length = (
@@ -198,7 +205,9 @@ class DFTOp(SpectralOp):
             if len(inputs) > 1 and inputs[1] is not None
             else x.shape[axis]
         )
-        parts = exact_transform(ctx.kernels, (real, imag), length, out.shape[axis], self.inverse)
+        parts = exact_transform(
+            ctx.kernels, (real, imag), length, out.shape[axis], self.inverse, x.dtype
+        )
         for index, part in enumerate(parts):
             store(xp, result[..., index], part)
 
@@ -294,7 +303,8 @@ class STFTOp(SpectralOp):
     def _run_exact(
         kernels: Any, x: Array, window: Array | None, step: int, length: int, out: Array
     ) -> None:
-        """Frames times the window (one float64 product each), then exact_transform."""
+        """Frames times the window (one float64 product each, rounded to float32 for the
+        narrower types by exact_transform's product), then exact_transform."""
         xp = kernels.xp
         values = widen(xp, x)
         starts = xp.arange(out.shape[1])[:, None] * step
@@ -302,7 +312,9 @@ class STFTOp(SpectralOp):
         if window is not None:
             pieces = pieces * widen(xp, window)[:, None]
         imag = pieces[..., 1] if x.shape[-1] == 2 else None
-        parts = exact_transform(kernels, (pieces[..., 0], imag), length, out.shape[2], False)
+        parts = exact_transform(
+            kernels, (pieces[..., 0], imag), length, out.shape[2], False, x.dtype
+        )
         for index, part in enumerate(parts):
             store(xp, out[..., index], part)
 
