@@ -132,19 +132,27 @@ class GraphExecutor:
             entry = self.entry(key, lambda: tuple([signature_of(value) for value in values]))
         return entry
 
-    def hold_carrying(self, values: Sequence[Any], carried: int) -> HeldBody | None:
-        """A Loop body's run state held for all its iterations, when the plan for `values`
-        gives back the carried values (inputs 2.., outputs 1..) with their types and shapes:
-        every later iteration then runs that plan, with no key and no pool. None otherwise."""
+    def hold_carrying(
+        self,
+        values: Sequence[Any],
+        carried: Sequence[tuple[int, int]],
+        ctx: Any,
+        read_only: int = 0,
+    ) -> HeldBody | None:
+        """A body's run state held for all the iterations of one Loop or Scan run (`ctx`, its
+        node's context), when the plan for `values` gives back each carried value (`carried`:
+        (input position, output position) pairs) with its type and shape: every later
+        iteration then runs that plan with no key and no pool. None otherwise. `read_only`:
+        as in `RunState.body_runner`."""
         entry = self.body_entry(values)
         plan = entry[0]
-        for k in range(carried):
-            given = values[2 + k]
-            if not hasattr(given, "shape"):
+        for given, produced in carried:
+            value = values[given]
+            if not hasattr(value, "shape"):
                 return None
-            if plan.specs[plan.output_ids[1 + k]] != signature_of(given):
+            if plan.specs[plan.output_ids[produced]] != signature_of(value):
                 return None
-        return HeldBody(self._body_ids, entry[1])
+        return HeldBody(self._body_ids, entry[1], ctx, read_only)
 
     def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
         """Run a body with its inputs by position, from inside its node's run (`ctx`): the
@@ -176,17 +184,19 @@ class GraphExecutor:
 
 
 class HeldBody:
-    """One run state of a body plan, taken for a Loop's iterations (`hold_carrying`)."""
+    """One run state of a body plan, taken for the iterations of one Loop or Scan run
+    (`hold_carrying`): `run(values)` runs it with the body's inputs by position, through the
+    state's bound plain runs where nothing guards, profiles or traces the node's run."""
 
-    __slots__ = ("ids", "pool", "state")
+    __slots__ = ("pool", "run", "state")
 
-    def __init__(self, ids: Sequence[int], pool: StatePool) -> None:
-        self.ids = ids
+    def __init__(self, ids: Sequence[int], pool: StatePool, ctx: Any, read_only: int) -> None:
         self.pool = pool
-        self.state = pool.take()
-
-    def run(self, values: Sequence[Any], ctx: Any) -> list[Any]:
-        return self.state.run_nested(zip(self.ids, values, strict=True), ctx)
+        state = self.state = pool.take()
+        if ctx.guard is None and ctx.observer is None and state.plain:
+            self.run = state.body_runner(ids, read_only)
+        else:
+            self.run = lambda values: state.run_nested(zip(ids, values, strict=True), ctx)
 
     def release(self) -> None:
         self.pool.give(self.state)

@@ -8,7 +8,9 @@ data-dependent: `run` returns new arrays.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -113,9 +115,10 @@ class IfOp(ControlFlow):
 
 
 class _BranchEntry:
-    """One branch of an If as one parent run state enters it (see `IfOp.bound_run`)."""
+    """One branch of an If as one parent run state enters it (see `IfOp.bound_run`): its run
+    state, and the state's bound plain runs for the entries that nothing guards or observes."""
 
-    __slots__ = ("executor", "ids", "outer", "signature", "state")
+    __slots__ = ("executor", "ids", "outer", "runner", "signature", "state")
 
     def __init__(self, executor: Any, outer: tuple[int, ...], specs: Sequence[Any]) -> None:
         self.executor = executor
@@ -125,12 +128,16 @@ class _BranchEntry:
         tensors = all(isinstance(spec, TensorSpec) for spec in signature)
         self.signature = signature if tensors else None
         self.state: Any = None
+        self.runner: Any = None
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None]) -> list[Array]:
         state = self.state
         if state is None:  # planned on first entry: a branch never taken costs nothing
             state = self.state = self.executor.plan(self.signature)[1].take()
+            self.runner = state.body_runner(self.ids) if state.plain else None
         values = [inputs[i] for i in self.outer]
+        if ctx.guard is None and ctx.observer is None and self.runner is not None:
+            return self.runner(values)
         return state.run_nested(zip(self.ids, values, strict=True), ctx)
 
 
@@ -143,48 +150,76 @@ class LoopOp(ControlFlow):
         self.loop_body = self.body("body")
         self.outer = self.outer_positions(self.loop_body)
         self.carried = len(node.inputs) - 2
+        # Carried value k: the body's input 2 + k, its output 1 + k.
+        self.carried_pairs = tuple((2 + k, 1 + k) for k in range(self.carried))
+        self.scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
         xp = ctx.xp
         declared = self.node.inputs
         trips = inputs[0] if declared[0] else None
         condition = inputs[1] if len(declared) > 1 and declared[1] else None
-        limit = None if trips is None else int(self.host_scalar(ctx, trips))
+        limit = sys.maxsize if trips is None else int(self.host_scalar(ctx, trips))
         going = True if condition is None else bool(self.host_scalar(ctx, condition))
         carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
         scans: list[list[Array]] = []
-        iteration = 0
-        body = self.loop_body
-        outer = [inputs[i] for i in self.outer]  # the same in every iteration
-        true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
-        guarded = ctx.guard is not None
-        held = None  # the body's run state, while the carried values keep their shapes
-        try:
-            while going and (limit is None or iteration < limit):
-                if guarded:
-                    ctx.check(self.node.name)
-                values = [xp.asarray(np.int64(iteration)), true, *carried, *outer]
-                if iteration == 0 and (limit is None or limit > 1):  # pays from the second on
-                    held = body.hold_carrying(values, self.carried)
-                results = body.run_body(values, ctx) if held is None else held.run(values, ctx)
-                going = bool(self.host_scalar(ctx, results[0]))
-                carried = results[1 : 1 + self.carried]
-                scanned = results[1 + self.carried :]
-                if guarded:
-                    ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
-                scans.append(scanned)
-                iteration += 1
-        finally:
-            if held is not None:
-                held.release()
-        scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
+        if going and limit > 0:
+            carried = self._iterate(ctx, limit, carried, [inputs[i] for i in self.outer], scans)
         stacked = [
             xp.stack([outs[k] for outs in scans])
             if scans
             else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k)
-            for k in range(scan_count)
+            for k in range(self.scan_count)
         ]
         return [*carried, *stacked]
+
+    def _iterate(
+        self,
+        ctx: RunContext,
+        limit: int,
+        carried: list[Array],
+        outer: list[Array | None],
+        scans: list[list[Array]],
+    ) -> list[Array]:
+        """Run the body at least once and while it says so, up to `limit` times; the last
+        carried values are returned and each iteration's scan outputs appended to `scans`."""
+        xp, body, name, first_scan = ctx.xp, self.loop_body, self.node.name, 1 + self.carried
+        # The iteration number: one array rewritten per iteration, which no body output can
+        # alias (every output a body run does not make new is copied: `body_runner`).
+        counter = xp.asarray(np.int64(0))
+        true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
+        values = [counter, true, *carried, *outer]
+        # Held from the first iteration where a second may follow (the condition decides):
+        # the carried values keep their shapes, so every iteration runs one plan.
+        held = body.hold_carrying(values, self.carried_pairs, ctx, 1) if limit > 1 else None
+        run = held.run if held is not None else lambda values: body.run_body(values, ctx)
+        guarded = ctx.guard is not None
+        scanning = self.scan_count > 0
+        iteration = 0
+        try:
+            while True:
+                if guarded:
+                    ctx.check(name)
+                results = run(values)
+                if scanning:
+                    scanned = results[first_scan:]
+                    if guarded:
+                        produced = sum(int(r.nbytes) for r in scanned)
+                        ctx.charge(produced, name, "Loop outputs")
+                    scans.append(scanned)
+                iteration += 1
+                go = results[0]
+                if type(go) is np.ndarray and go.size == 1:
+                    go = go.item()
+                else:
+                    go = self.host_scalar(ctx, go)
+                if not go or iteration >= limit:
+                    return results[1:first_scan]
+                counter[()] = iteration
+                values = [counter, true, *results[1:first_scan], *outer]
+        finally:
+            if held is not None:
+                held.release()
 
 
 class ScanOp(ControlFlow):
@@ -203,6 +238,7 @@ class ScanOp(ControlFlow):
         if self.states < 0:
             raise node.invalid("Scan has fewer inputs than num_scan_inputs")
         self.outputs_count = len(self.scan_body.graph.outputs) - self.states
+        self.carried_pairs = tuple((k, k) for k in range(self.states))  # inputs = outputs
         direction_attribute = "directions" if self.batched else "scan_input_directions"
         self.input_directions = list(node.attr(direction_attribute, [0] * self.scan_inputs))
         self.input_axes = list(node.attr("scan_input_axes", [0] * self.scan_inputs))
@@ -252,30 +288,67 @@ class ScanOp(ControlFlow):
             raise self.node.bad_input(f"Scan inputs disagree on the sequence length: {lengths}")
         steps = lengths.pop() if lengths else 0
         carried = [_copy(xp, s) for s in states]
-        collected: list[list[Array]] = [[] for _ in range(self.outputs_count)]
-        for t in range(steps):
-            ctx.check(self.node.name)
-            slices = [
-                xp.take(x, steps - 1 - t if reverse else t, axis=a)
-                for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
-            ]
-            values = self.body_values(self.scan_body, (*carried, *slices), inputs, self.outer)
-            results = self.scan_body.run_body(values, ctx)
-            carried = results[: self.states]
-            produced = sum(int(r.nbytes) for r in results[self.states :])
-            ctx.charge(produced, self.node.name, "Scan outputs")
-            for k in range(self.outputs_count):
-                collected[k].append(results[self.states + k])
+        scans: list[list[Array]] = []
+        if steps:
+            outer = [inputs[i] for i in self.outer]
+            carried = self._iterate(ctx, steps, carried, scanned, axes, outer, scans)
         stacked = []
-        for k, parts in enumerate(collected):
-            if not parts:
+        for k in range(self.outputs_count):
+            if not scans:
                 stacked.append(self.empty_stack(ctx, self.scan_body, self.states + k))
                 continue
+            parts = [outs[k] for outs in scans]
             if self.output_directions[k]:
                 parts = parts[::-1]
             axis = self.output_axes[k] % (parts[0].ndim + 1)
             stacked.append(xp.stack(parts, axis=axis))
         return [*carried, *stacked]
+
+    def _iterate(
+        self,
+        ctx: RunContext,
+        steps: int,
+        carried: list[Array],
+        scanned: list[Array],
+        axes: list[int],
+        outer: list[Array | None],
+        scans: list[list[Array]],
+    ) -> list[Array]:
+        """Run the body once per slice (`steps` of them); the last carried values are
+        returned and each iteration's scan outputs appended to `scans`."""
+        xp, body, name, states = ctx.xp, self.scan_body, self.node.name, self.states
+        # Per scan input, how to take slice t: a view along a C-contiguous array's first axis
+        # (itself C-contiguous), a copy along any other; and whether it runs backwards.
+        takers = [
+            (x.__getitem__ if a == 0 and x.flags.c_contiguous else partial(xp.take, x, axis=a),
+             steps - 1 if reverse else 0, -1 if reverse else 1)
+            for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
+        ]  # fmt: skip
+        values = [*carried, *[take(first) for take, first, _ in takers], *outer]
+        # Held from the first iteration: the carried values keep their shapes, so every
+        # iteration runs one plan.
+        pairs = self.carried_pairs
+        held = body.hold_carrying(values, pairs, ctx) if steps > 1 else None
+        run = held.run if held is not None else lambda values: body.run_body(values, ctx)
+        guarded = ctx.guard is not None
+        try:
+            t = 0
+            while True:
+                if guarded:
+                    ctx.check(name)
+                results = run(values)
+                scanned_out = results[states:]
+                if guarded:
+                    ctx.charge(sum(int(r.nbytes) for r in scanned_out), name, "Scan outputs")
+                scans.append(scanned_out)
+                t += 1
+                if t == steps:
+                    return results[:states]
+                slices = [take(first + t * sign) for take, first, sign in takers]
+                values = [*results[:states], *slices, *outer]
+        finally:
+            if held is not None:
+                held.release()
 
 
 def _copy(xp: Any, value: Any) -> Any:
