@@ -146,11 +146,10 @@ class GraphExecutor:
         as in `RunState.body_runner`."""
         entry = self.body_entry(values)
         plan = entry[0]
-        for given, produced in carried:
-            value = values[given]
-            if not hasattr(value, "shape"):
+        for given, produced in carried:  # the plan's signature holds the inputs' specs
+            if not hasattr(values[given], "shape"):
                 return None
-            if plan.specs[plan.output_ids[produced]] != signature_of(value):
+            if plan.specs[plan.output_ids[produced]] != plan.signature[given]:
                 return None
         return HeldBody(self._body_ids, entry[1], ctx, read_only)
 
@@ -194,7 +193,7 @@ class HeldBody:
         self.pool = pool
         state = self.state = pool.take()
         if ctx.guard is None and ctx.observer is None and state.plain:
-            self.run = state.body_runner(ids, read_only)
+            self.run = state.body_runner(read_only)
         else:
             self.run = lambda values: state.run_nested(zip(ids, values, strict=True), ctx)
 

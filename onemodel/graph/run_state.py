@@ -137,6 +137,7 @@ class RunState:
         # Every graph output a new array of this run: results need no copy (see `_result`).
         self.fresh_results = all(v in plan.fresh_outputs for v in plan.output_ids)
         self.scope = run_scope()  # reused: a state runs on one thread at a time
+        self._runners: dict[int, Callable[[Sequence[Any]], list[Any]]] = {}  # `body_runner`
         # Checked runs take scratch from a poisoned arena; others keep it from run to run.
         arena = Arena(BufferPool(memory, checked=True)) if checked else None
         # Large host outputs come from the output pool, except in checked runs (fresh memory).
@@ -199,21 +200,25 @@ class RunState:
         profile, trace, name, label = observer
         return self._run(inputs, None, profile, parent.guard, trace, (name, label))
 
-    def body_runner(
-        self, input_ids: Sequence[int], read_only: int = 0
-    ) -> Callable[[Sequence[Any]], list[Any]]:
+    def body_runner(self, read_only: int = 0) -> Callable[[Sequence[Any]], list[Any]]:
         """Plain runs of a body with its inputs by position, for a caller that holds this
         state (a Loop's or Scan's iterations, an If branch's entries) and calls them where
         nothing guards or observes its node: all a run decides per call is decided here,
-        once. The outputs this plan does not make new in every run (views of the slab, of an
-        input or of a weight) are copied, as `_result` does, so that none is overwritten by
-        the next run or aliases an input (a Loop's counter is one array rewritten per
-        iteration); except the first `read_only`, which the caller only reads, before its
-        next call (a Loop's condition)."""
+        once per state. The outputs this plan does not make new in every run (views of the
+        slab, of an input or of a weight) are copied, as `_result` does, so that none is
+        overwritten by the next run or aliases an input (a Loop's counter is one array
+        rewritten per iteration); except the first `read_only`, which the caller only reads,
+        before its next call (a Loop's condition)."""
+        runner = self._runners.get(read_only)
+        if runner is None:
+            runner = self._runners[read_only] = self._body_runner(read_only)
+        return runner
+
+    def _body_runner(self, read_only: int) -> Callable[[Sequence[Any]], list[Any]]:
         assert self.plain, "a checked or exact run needs `run_nested`"
         ctx = self.ctx
         base, run_plain, result = self.base_table, self._run_plain, self._result
-        ids, output_ids = tuple(input_ids), tuple(self.output_ids)
+        ids, output_ids = tuple(self.plan.graph.input_ids), tuple(self.output_ids)
         copied = tuple(
             (k, value_id)
             for k, value_id in enumerate(output_ids)

@@ -134,7 +134,7 @@ class _BranchEntry:
         state = self.state
         if state is None:  # planned on first entry: a branch never taken costs nothing
             state = self.state = self.executor.plan(self.signature)[1].take()
-            self.runner = state.body_runner(self.ids) if state.plain else None
+            self.runner = state.body_runner() if state.plain else None
         values = [inputs[i] for i in self.outer]
         if ctx.guard is None and ctx.observer is None and self.runner is not None:
             return self.runner(values)
@@ -153,6 +153,7 @@ class LoopOp(ControlFlow):
         # Carried value k: the body's input 2 + k, its output 1 + k.
         self.carried_pairs = tuple((2 + k, 1 + k) for k in range(self.carried))
         self.scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
+        self.true: Array | None = None  # made on the first run, on its backend
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
         xp = ctx.xp
@@ -186,12 +187,14 @@ class LoopOp(ControlFlow):
         xp, body, name, first_scan = ctx.xp, self.loop_body, self.node.name, 1 + self.carried
         # The iteration number: one array rewritten per iteration, which no body output can
         # alias (every output a body run does not make new is copied: `body_runner`).
-        counter = xp.asarray(np.int64(0))
-        true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
+        counter = xp.zeros((), dtype=xp.int64)
+        true = self.true
+        if true is None:  # a started iteration's condition: one array, as bodies write no input
+            true = self.true = xp.asarray(np.True_)
         values = [counter, true, *carried, *outer]
-        # Held from the first iteration where a second may follow (the condition decides):
-        # the carried values keep their shapes, so every iteration runs one plan.
-        held = body.hold_carrying(values, self.carried_pairs, ctx, 1) if limit > 1 else None
+        # Held from the first iteration: where the carried values keep their shapes, every
+        # iteration runs one plan.
+        held = body.hold_carrying(values, self.carried_pairs, ctx, 1)
         run = held.run if held is not None else lambda values: body.run_body(values, ctx)
         guarded = ctx.guard is not None
         scanning = self.scan_count > 0
@@ -325,10 +328,9 @@ class ScanOp(ControlFlow):
             for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
         ]  # fmt: skip
         values = [*carried, *[take(first) for take, first, _ in takers], *outer]
-        # Held from the first iteration: the carried values keep their shapes, so every
+        # Held from the first iteration: where the carried values keep their shapes, every
         # iteration runs one plan.
-        pairs = self.carried_pairs
-        held = body.hold_carrying(values, pairs, ctx) if steps > 1 else None
+        held = body.hold_carrying(values, self.carried_pairs, ctx)
         run = held.run if held is not None else lambda values: body.run_body(values, ctx)
         guarded = ctx.guard is not None
         try:
