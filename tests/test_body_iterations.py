@@ -1,7 +1,7 @@
 """Loop and Scan iterations through a held body run state: every iteration's outputs are its
 own (the iteration counter is one array rewritten per iteration, and values in the body's slab
 are overwritten by the next iteration), and what a run returns outlives later runs, in plain,
-guarded, profiled, checked and exact runs alike."""
+guarded, profiled, checked, exact and device runs alike."""
 
 from __future__ import annotations
 
@@ -92,13 +92,17 @@ def _expected_loop(trips: int, start: float) -> list[np.ndarray]:
     ]
 
 
-RUNS = {  # how the node's run goes: plainly, guarded, observed, checked, exact
+RUNS = {  # how the node's run goes: plainly, guarded, observed, checked, exact, on a device
     "plain": (SessionOptions(optimization_level=0), {}),
     "optimised": (SessionOptions(), {}),
     "guarded": (SessionOptions(optimization_level=0), {"timeout": 60.0}),
     "profiled": (SessionOptions(optimization_level=0), {"profile": {}, "trace": []}),
     "checked": (SessionOptions(optimization_level=0, checked=True), {}),
     "exact": (SessionOptions(optimization_level=0, mode=ExecutionMode.EXACT), {}),
+    "device": (  # CuPy's rules: what the loops do to arrays exists on a GPU too
+        SessionOptions(optimization_level=0, backend="checked-device", outputs_as="numpy"),
+        {},
+    ),
 }
 
 
@@ -151,41 +155,55 @@ def test_a_loop_stopped_by_its_condition_returns_the_values_of_its_last_iteratio
 
 def scan_model() -> onnx.ModelProto:
     """Scan over a (forward, axis 0) and b (backward, axis 1): the state s + a_t * b_t, scanned
-    out forward as s itself and backward along axis 1 as b_t (an Identity of the slice)."""
+    out forward as s itself and backward along axis 1 as b_t (an Identity of the slice), and
+    a_t * b_t backward and -(a_t * b_t) forward along axis 0 (steps' outputs, which the body
+    writes straight into the stacked results)."""
     body = helper.make_graph(
         [helper.make_node("Mul", ["a_t", "b_t"], ["product"]),
          helper.make_node("Add", ["s_in", "product"], ["s_out"]),
-         helper.make_node("Identity", ["b_t"], ["b_seen"])],
+         helper.make_node("Identity", ["b_t"], ["b_seen"]),
+         helper.make_node("Neg", ["product"], ["negated"])],
         "body",
         [helper.make_tensor_value_info("s_in", F, [2]),
          helper.make_tensor_value_info("a_t", F, [2]),
          helper.make_tensor_value_info("b_t", F, [2])],
         [helper.make_tensor_value_info("s_out", F, [2]),
          helper.make_tensor_value_info("s_out", F, [2]),
-         helper.make_tensor_value_info("b_seen", F, [2])],
+         helper.make_tensor_value_info("b_seen", F, [2]),
+         helper.make_tensor_value_info("product", F, [2]),
+         helper.make_tensor_value_info("negated", F, [2])],
     )  # fmt: skip
+    outputs = ("s", "states", "bs", "products", "negated")
     node = helper.make_node(
-        "Scan", ["s0", "a", "b"], ["s", "states", "bs"], body=body, num_scan_inputs=2,
+        "Scan", ["s0", "a", "b"], list(outputs), body=body, num_scan_inputs=2,
         scan_input_axes=[0, 1], scan_input_directions=[0, 1],
-        scan_output_axes=[0, 1], scan_output_directions=[0, 1],
+        scan_output_axes=[0, 1, 0, -2], scan_output_directions=[0, 1, 1, 0],
     )  # fmt: skip
     return _model(
         node,
         [helper.make_tensor_value_info("s0", F, [2]),
          helper.make_tensor_value_info("a", F, ["t", 2]),
          helper.make_tensor_value_info("b", F, [2, "t"])],
-        [helper.make_tensor_value_info(name, F, None) for name in ("s", "states", "bs")],
+        [helper.make_tensor_value_info(name, F, None) for name in outputs],
     )  # fmt: skip
 
 
 def _expected_scan(s0: np.ndarray, a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
-    state, states, seen = s0, [], []
+    state, states, seen, products = s0, [], [], []
     for t in range(a.shape[0]):
         b_t = b[:, a.shape[0] - 1 - t]
-        state = state + a[t] * b_t
+        products.append(a[t] * b_t)
+        state = state + products[-1]
         states.append(state)
         seen.append(b_t)
-    return [state, np.stack(states), np.stack(seen[::-1], axis=1)]
+    products_stacked = np.stack(products)
+    return [
+        state,
+        np.stack(states),
+        np.stack(seen[::-1], axis=1),
+        products_stacked[::-1],
+        -products_stacked,
+    ]
 
 
 @pytest.mark.parametrize("how", RUNS)

@@ -199,9 +199,9 @@ def _scan_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def _body_steps_us(session: onemodel.Session, values: list[np.ndarray]) -> float:
-    """What the steps of the (one) body of the session's Loop or Scan cost: its plan's
-    steps run on a table already holding `values` (its inputs by position), as a run does."""
+def _body_steps(session: onemodel.Session, values: list[np.ndarray]) -> Callable[[], None]:
+    """100 runs of the steps of the body of the session's Loop or Scan: its plan's steps on
+    a table already holding `values` (its inputs by position), as a run does them."""
     operator = session.plans()[0].steps[0].node.operator
     executor = getattr(operator, "loop_body", None) or operator.scan_body
     state = executor.body_entry(values)[1].take()
@@ -209,13 +209,19 @@ def _body_steps_us(session: onemodel.Session, values: list[np.ndarray]) -> float
     for value_id, value in zip(executor.graph.input_ids, values, strict=True):
         table[value_id] = value
     steps, no_targets = state._run_plain, {}
-    with run_scope():
-        return _least_us({"steps": lambda: steps(table, no_targets)}, 1000, 41)["steps"]
+
+    def hundred() -> None:
+        with run_scope():  # as in a run: NumPy's error state set once
+            for _ in range(100):
+                steps(table, no_targets)
+
+    return hundred
 
 
 def body() -> None:
     """If: the run of an If over a one-Add branch less the run of the Add alone. Loop, Scan:
-    what each of 100 more iterations costs, and that less what the body's steps cost."""
+    what each of 100 more iterations costs, and that less what the body's steps cost (taken
+    in turn with the runs, as they are subtracted)."""
     x = np.ones((1, 4), np.float32)
     models = {"if": _if_model(True), "add": _if_model(False), "loop": _loop_model(),
               "scan": _scan_model()}  # fmt: skip
@@ -229,17 +235,17 @@ def body() -> None:
         "scan": {"Scan 1": ("scan", {"s": x, "x": np.ones((1, 1, 4), np.float32)}),
                  "Scan 101": ("scan", {"s": x, "x": np.ones((101, 1, 4), np.float32)})},
     }  # fmt: skip
+    body_inputs = {"loop": [np.array(0, np.int64), np.array(True), x], "scan": [x, x]}
     least: dict[str, float] = {}
-    for group in groups.values():
+    for model, group in groups.items():
         calls: dict[str, Callable[[], object]] = {}
-        for name, (model, feed) in group.items():
-            calls[name] = partial(ours[model].run, None, feed)
-            calls[f"ort {name}"] = partial(theirs[model].run, None, feed)
+        for name, (session, feed) in group.items():
+            calls[name] = partial(ours[session].run, None, feed)
+            calls[f"ort {name}"] = partial(theirs[session].run, None, feed)
+            calls[name]()
+        if model in body_inputs:
+            calls[f"{model} steps x100"] = _body_steps(ours[model], body_inputs[model])
         least |= _least_us(calls, batch=50, batches=41)
-    steps = {
-        "Loop": _body_steps_us(ours["loop"], [np.array(0, np.int64), np.array(True), x]),
-        "Scan": _body_steps_us(ours["scan"], [x, x]),
-    }
     print({name: round(value, 2) for name, value in least.items()})
     print(
         f"If entry beyond its branch's step {least['If'] - least['Add']:.2f} us "
@@ -248,9 +254,10 @@ def body() -> None:
     for op, body_ops in (("Loop", "Identity + Add"), ("Scan", "Add + Mul")):
         mine = (least[f"{op} 101"] - least[f"{op} 1"]) / 100
         ort = (least[f"ort {op} 101"] - least[f"ort {op} 1"]) / 100
+        steps = least[f"{op.lower()} steps x100"] / 100
         print(
-            f"{op} iteration ({body_ops}) {mine:.2f} us, its steps {steps[op]:.2f} us, "
-            f"beyond them {mine - steps[op]:.2f} us (onnxruntime iteration {ort:.2f} us)"
+            f"{op} iteration ({body_ops}) {mine:.2f} us, its steps {steps:.2f} us, "
+            f"beyond them {mine - steps:.2f} us (onnxruntime iteration {ort:.2f} us)"
         )
 
 

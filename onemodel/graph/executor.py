@@ -185,14 +185,16 @@ class GraphExecutor:
 class HeldBody:
     """One run state of a body plan, taken for the iterations of one Loop or Scan run
     (`hold_carrying`): `run(values)` runs it with the body's inputs by position, through the
-    state's bound plain runs where nothing guards, profiles or traces the node's run."""
+    state's bound plain runs (`bound`; they also take `given` arrays) where nothing guards,
+    profiles or traces the node's run."""
 
-    __slots__ = ("pool", "run", "state")
+    __slots__ = ("bound", "pool", "run", "state")
 
     def __init__(self, ids: Sequence[int], pool: StatePool, ctx: Any, read_only: int) -> None:
         self.pool = pool
         state = self.state = pool.take()
-        if ctx.guard is None and ctx.observer is None and state.plain:
+        self.bound = ctx.guard is None and ctx.observer is None and state.plain
+        if self.bound:
             self.run = state.body_runner(read_only)
         else:
             self.run = lambda values: state.run_nested(zip(ids, values, strict=True), ctx)

@@ -292,11 +292,15 @@ class ScanOp(ControlFlow):
         steps = lengths.pop() if lengths else 0
         carried = [_copy(xp, s) for s in states]
         scans: list[list[Array]] = []
+        placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
         if steps:
             outer = [inputs[i] for i in self.outer]
-            carried = self._iterate(ctx, steps, carried, scanned, axes, outer, scans)
+            carried = self._iterate(ctx, steps, carried, scanned, axes, outer, scans, placed)
         stacked = []
         for k in range(self.outputs_count):
+            if k in placed:
+                stacked.append(placed[k])
+                continue
             if not scans:
                 stacked.append(self.empty_stack(ctx, self.scan_body, self.states + k))
                 continue
@@ -316,9 +320,11 @@ class ScanOp(ControlFlow):
         axes: list[int],
         outer: list[Array | None],
         scans: list[list[Array]],
+        placed: dict[int, Array],
     ) -> list[Array]:
         """Run the body once per slice (`steps` of them); the last carried values are
-        returned and each iteration's scan outputs appended to `scans`."""
+        returned, each iteration's scan outputs appended to `scans`, and the stacked scan
+        outputs the body's steps wrote in place (see `_places`) put in `placed`."""
         xp, body, name, states = ctx.xp, self.scan_body, self.node.name, self.states
         # Per scan input, how to take slice t: a view along a C-contiguous array's first axis
         # (itself C-contiguous), a copy along any other; and whether it runs backwards.
@@ -332,13 +338,20 @@ class ScanOp(ControlFlow):
         # iteration runs one plan.
         held = body.hold_carrying(values, self.carried_pairs, ctx)
         run = held.run if held is not None else lambda values: body.run_body(values, ctx)
+        places = self._places(xp, held.state.plan, steps) if held and held.bound else []
+        placed.update((k, stacked) for k, _, stacked, _, _ in places)
         guarded = ctx.guard is not None
         try:
             t = 0
             while True:
                 if guarded:
                     ctx.check(name)
-                results = run(values)
+                if places:
+                    given = {value_id: stacked[first + t * sign]
+                             for _, value_id, stacked, first, sign in places}  # fmt: skip
+                    results = run(values, given)
+                else:
+                    results = run(values)
                 scanned_out = results[states:]
                 if guarded:
                     ctx.charge(sum(int(r.nbytes) for r in scanned_out), name, "Scan outputs")
@@ -351,6 +364,32 @@ class ScanOp(ControlFlow):
         finally:
             if held is not None:
                 held.release()
+
+    def _places(self, xp: Any, plan: Any, steps: int) -> list[tuple[int, int, Array, int, int]]:
+        """The scan outputs the body's steps can write straight into their places in the
+        stacked result (no new array per iteration, no stacking copy): those stacked along
+        axis 0 (each place C-contiguous) that a static step writes into what it is given
+        (`plan.per_run`) and the body returns once (not also as a carried value). Per output:
+        (k, value id, the stacked array, the first iteration's place, the step to the next)."""
+        output_ids = plan.output_ids
+        places = []
+        for k in range(self.outputs_count):
+            value_id = output_ids[self.states + k]
+            spec = plan.specs[value_id]
+            if (
+                value_id not in plan.per_run
+                or output_ids.count(value_id) > 1
+                or not isinstance(spec, TensorSpec)
+                or spec.numpy_dtype.kind == "O"
+                or self.output_axes[k] % (len(spec.shape) + 1)
+            ):
+                continue
+            stacked = xp.empty((steps, *spec.shape), dtype=spec.numpy_dtype)
+            backwards = bool(self.output_directions[k])
+            places.append(
+                (k, value_id, stacked, steps - 1 if backwards else 0, -1 if backwards else 1)
+            )
+        return places
 
 
 def _copy(xp: Any, value: Any) -> Any:
