@@ -23,8 +23,9 @@ def _model(node: onnx.NodeProto, inputs: list, outputs: list) -> onnx.ModelProto
 
 def counting_loop() -> onnx.ModelProto:
     """Loop(n) carrying s (s + 1, and the last iteration number), scanning the iteration
-    number (through an Identity, and the body input itself), the condition, and 2 * s
-    through a Reshape of a value in the body's slab."""
+    number (through an Identity, and the body input itself), the condition, 2 * s through a
+    Reshape of a value in the body's slab, and 3 * s (a step's output, which the body writes
+    straight into the stacked result: the condition passes through, so n iterations run)."""
     body = helper.make_graph(
         [
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
@@ -33,6 +34,7 @@ def counting_loop() -> onnx.ModelProto:
             helper.make_node("Identity", ["i"], ["i_copy"]),
             helper.make_node("Mul", ["s_out", "two"], ["doubled"]),  # in the slab
             helper.make_node("Reshape", ["doubled", "flat"], ["doubled_flat"]),  # its view
+            helper.make_node("Mul", ["s_out", "three"], ["tripled"]),
         ],
         "body",
         [
@@ -49,16 +51,18 @@ def counting_loop() -> onnx.ModelProto:
             helper.make_tensor_value_info("i", I64, []),
             helper.make_tensor_value_info("cond_in", BOOL, []),
             helper.make_tensor_value_info("doubled_flat", F, [2]),
+            helper.make_tensor_value_info("tripled", F, [1, 2]),
         ],
         [
             helper.make_tensor("one", F, [], [1.0]),
             helper.make_tensor("two", F, [], [2.0]),
+            helper.make_tensor("three", F, [], [3.0]),
             helper.make_tensor("flat", I64, [1], [2]),
         ],
     )
     node = helper.make_node(
-        "Loop", ["n", "", "s0", "last0"], ["s", "last", "counts", "inputs", "conds", "twice"],
-        name="count", body=body,
+        "Loop", ["n", "", "s0", "last0"],
+        ["s", "last", "counts", "inputs", "conds", "twice", "thrice"], name="count", body=body,
     )  # fmt: skip
     return _model(
         node,
@@ -67,7 +71,7 @@ def counting_loop() -> onnx.ModelProto:
          helper.make_tensor_value_info("last0", I64, [])],
         [helper.make_tensor_value_info(name, elem, None) for name, elem in
          (("s", F), ("last", I64), ("counts", I64), ("inputs", I64), ("conds", BOOL),
-          ("twice", F))],
+          ("twice", F), ("thrice", F))],
     )  # fmt: skip
 
 
@@ -89,6 +93,7 @@ def _expected_loop(trips: int, start: float) -> list[np.ndarray]:
         counts,
         np.ones(trips, bool),
         np.repeat(2 * s[:, None], 2, axis=1),
+        np.repeat(3 * s[:, None, None], 2, axis=2),
     ]
 
 

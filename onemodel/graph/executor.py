@@ -16,7 +16,7 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import TensorSpec
-from onemodel.graph.plan import ExecutionPlan
+from onemodel.graph.plan import ExecutionPlan, StepKind
 from onemodel.graph.run_state import StatePool
 from onemodel.graph.values import signature_of
 
@@ -198,6 +198,18 @@ class HeldBody:
             self.run = state.body_runner(read_only)
         else:
             self.run = lambda values: state.run_nested(zip(ids, values, strict=True), ctx)
+
+    def passes_through(self, output: int, given: int) -> bool:
+        """Whether the held plan's output `output` is its input `given` (by position), itself
+        or through view steps (Identity, Reshape ...): a Loop's condition passed through is
+        true in every iteration."""
+        plan = self.state.plan
+        views = {step.outputs[0]: step for step in plan.steps if step.kind is StepKind.VIEW}
+        value_id = plan.output_ids[output]
+        while value_id in views:
+            step = views[value_id]
+            value_id = step.inputs[step.node.operator.view_of_input]
+        return value_id == plan.graph.input_ids[given]
 
     def release(self) -> None:
         self.pool.give(self.state)

@@ -66,6 +66,40 @@ class ControlFlow(Operator):
         return host.item() if host.size == 1 else np.asarray(host).reshape(-1)[0]
 
     @staticmethod
+    def stacking_places(
+        xp: Any,
+        plan: Any,
+        first: int,
+        axes: Sequence[int],
+        backwards: Sequence[int],
+        steps: int,
+    ) -> list[tuple[int, int, Array, int, int]]:
+        """The scan outputs (the body's outputs from `first` on, stacked along `axes`,
+        `backwards` or not) that the held body `plan`'s steps can write straight into their
+        places in the stacked results (no array per iteration, no stacking copy): those
+        stacked along axis 0 (each place C-contiguous) that a static step writes into what
+        it is given (`plan.per_run`) and the body returns once (not also as a carried value),
+        at most 2 GiB in all. Per output: (k, value id, the stacked array of `steps`, the
+        first iteration's place, the step to the next)."""
+        output_ids = plan.output_ids
+        places = []
+        for k, (axis, reverse) in enumerate(zip(axes, backwards, strict=True)):
+            value_id = output_ids[first + k]
+            spec = plan.specs[value_id]
+            if (
+                value_id not in plan.per_run
+                or output_ids.count(value_id) > 1
+                or not isinstance(spec, TensorSpec)
+                or spec.numpy_dtype.kind == "O"
+                or axis % (len(spec.shape) + 1)
+                or steps * spec.nbytes > 1 << 31
+            ):
+                continue
+            stacked = xp.empty((steps, *spec.shape), dtype=spec.numpy_dtype)
+            places.append((k, value_id, stacked, steps - 1 if reverse else 0, -1 if reverse else 1))
+        return places
+
+    @staticmethod
     def empty_stack(ctx: RunContext, executor: Any, position: int) -> Array:
         """The stacked scan output of zero iterations: [0, *dims] of the declared type."""
         meta = executor.graph.outputs[position]
@@ -164,10 +198,14 @@ class LoopOp(ControlFlow):
         going = True if condition is None else bool(self.host_scalar(ctx, condition))
         carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
         scans: list[list[Array]] = []
+        placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
         if going and limit > 0:
-            carried = self._iterate(ctx, limit, carried, [inputs[i] for i in self.outer], scans)
+            outer = [inputs[i] for i in self.outer]
+            carried = self._iterate(ctx, limit, carried, outer, scans, placed)
         stacked = [
-            xp.stack([outs[k] for outs in scans])
+            placed[k]
+            if k in placed
+            else xp.stack([outs[k] for outs in scans])
             if scans
             else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k)
             for k in range(self.scan_count)
@@ -181,9 +219,12 @@ class LoopOp(ControlFlow):
         carried: list[Array],
         outer: list[Array | None],
         scans: list[list[Array]],
+        placed: dict[int, Array],
     ) -> list[Array]:
         """Run the body at least once and while it says so, up to `limit` times; the last
-        carried values are returned and each iteration's scan outputs appended to `scans`."""
+        carried values are returned, each iteration's scan outputs appended to `scans`, and
+        where the body passes its condition through (so that `limit` iterations run), the
+        scan outputs its steps wrote in place (`stacking_places`) put in `placed`."""
         xp, body, name, first_scan = ctx.xp, self.loop_body, self.node.name, 1 + self.carried
         # The iteration number: one array rewritten per iteration, which no body output can
         # alias (every output a body run does not make new is copied: `body_runner`).
@@ -198,12 +239,24 @@ class LoopOp(ControlFlow):
         run = held.run if held is not None else lambda values: body.run_body(values, ctx)
         guarded = ctx.guard is not None
         scanning = self.scan_count > 0
+        places = []
+        every_trip = held is not None and held.bound and limit < sys.maxsize
+        if scanning and every_trip and held.passes_through(0, 1):  # `limit` iterations
+            forward = (0,) * self.scan_count
+            plan = held.state.plan
+            places = self.stacking_places(xp, plan, first_scan, forward, forward, limit)
+            placed.update((k, stacked) for k, _, stacked, _, _ in places)
         iteration = 0
         try:
             while True:
                 if guarded:
                     ctx.check(name)
-                results = run(values)
+                if places:
+                    given = {value_id: stacked[iteration]
+                             for _, value_id, stacked, _, _ in places}  # fmt: skip
+                    results = run(values, given)
+                else:
+                    results = run(values)
                 if scanning:
                     scanned = results[first_scan:]
                     if guarded:
@@ -338,7 +391,10 @@ class ScanOp(ControlFlow):
         # iteration runs one plan.
         held = body.hold_carrying(values, self.carried_pairs, ctx)
         run = held.run if held is not None else lambda values: body.run_body(values, ctx)
-        places = self._places(xp, held.state.plan, steps) if held and held.bound else []
+        places = []
+        if held is not None and held.bound:
+            directions, axes = self.output_directions, self.output_axes
+            places = self.stacking_places(xp, held.state.plan, states, axes, directions, steps)
         placed.update((k, stacked) for k, _, stacked, _, _ in places)
         guarded = ctx.guard is not None
         try:
@@ -364,32 +420,6 @@ class ScanOp(ControlFlow):
         finally:
             if held is not None:
                 held.release()
-
-    def _places(self, xp: Any, plan: Any, steps: int) -> list[tuple[int, int, Array, int, int]]:
-        """The scan outputs the body's steps can write straight into their places in the
-        stacked result (no new array per iteration, no stacking copy): those stacked along
-        axis 0 (each place C-contiguous) that a static step writes into what it is given
-        (`plan.per_run`) and the body returns once (not also as a carried value). Per output:
-        (k, value id, the stacked array, the first iteration's place, the step to the next)."""
-        output_ids = plan.output_ids
-        places = []
-        for k in range(self.outputs_count):
-            value_id = output_ids[self.states + k]
-            spec = plan.specs[value_id]
-            if (
-                value_id not in plan.per_run
-                or output_ids.count(value_id) > 1
-                or not isinstance(spec, TensorSpec)
-                or spec.numpy_dtype.kind == "O"
-                or self.output_axes[k] % (len(spec.shape) + 1)
-            ):
-                continue
-            stacked = xp.empty((steps, *spec.shape), dtype=spec.numpy_dtype)
-            backwards = bool(self.output_directions[k])
-            places.append(
-                (k, value_id, stacked, steps - 1 if backwards else 0, -1 if backwards else 1)
-            )
-        return places
 
 
 def _copy(xp: Any, value: Any) -> Any:
