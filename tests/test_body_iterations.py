@@ -226,3 +226,45 @@ def test_each_scan_iteration_s_outputs_are_its_own_and_outlive_later_runs(how):
             np.testing.assert_allclose(mine, expected, rtol=1e-6)
     for mine, expected in zip(kept, _expected_scan(*first), strict=True):
         np.testing.assert_allclose(mine, expected, rtol=1e-6)
+
+
+def test_a_loop_s_and_a_scan_s_results_go_to_the_caller_without_another_copy():
+    """Loop and Scan own what they return (new or copied arrays), so their graph outputs are
+    handed out as they are; the sequence case: a carried sequence returned after no
+    iteration is a new list of new arrays, not the caller's."""
+    for model in (counting_loop(), scan_model()):
+        s = Session.create(model_from_proto(model), SessionOptions(optimization_level=0))
+        feeds = (
+            _loop_feeds(3, 0.0)
+            if model.graph.node[0].op_type == "Loop"
+            else {"s0": np.ones(2, np.float32), "a": np.ones((3, 2), np.float32),
+                  "b": np.ones((2, 3), np.float32)}
+        )  # fmt: skip
+        s.run(None, feeds)
+        (plan,) = s.plans()
+        assert set(plan.output_ids) <= plan.fresh_outputs
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Identity", ["seq_in"], ["seq_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_in", F, None)],
+        [helper.make_tensor_value_info("c_out", BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_out", F, None)],
+    )  # fmt: skip
+    node = helper.make_node("Loop", ["n", "", "seq0"], ["seq"], body=body)
+    model = _model(
+        node,
+        [helper.make_tensor_value_info("n", I64, []),
+         helper.make_tensor_sequence_value_info("seq0", F, None)],
+        [helper.make_tensor_sequence_value_info("seq", F, None)],
+    )  # fmt: skip
+    s = Session.create(model_from_proto(model), SessionOptions(optimization_level=0))
+    given = [np.arange(3, dtype=np.float32), np.ones(2, np.float32)]
+    for trips in (0, 2):
+        (seq,) = s.run(None, {"n": np.array(trips, np.int64), "seq0": given})
+        assert len(seq) == 2
+        for got, element in zip(seq, given, strict=True):
+            np.testing.assert_array_equal(got, element)
+            assert not np.shares_memory(got, element)

@@ -32,6 +32,10 @@ class ControlFlow(Operator):
 
     outputs_data_dependent = True
     supports_exact = True
+    # What a body's run returns is new or copied (`RunState._result`, `body_runner`), and the
+    # rest of what these return is made here (stacked, or `_copy`'d), so a graph output one
+    # writes goes to the caller without another copy.
+    owns_results = True
 
     def body(self, attribute: str) -> Any:
         graph = self.node.attr(attribute)
@@ -111,8 +115,6 @@ class ControlFlow(Operator):
 
 class IfOp(ControlFlow):
     """Runs the branch the condition chooses, once."""
-
-    owns_results = True  # what a body's run returns never aliases its slab or inputs
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -196,12 +198,14 @@ class LoopOp(ControlFlow):
         condition = inputs[1] if len(declared) > 1 and declared[1] else None
         limit = sys.maxsize if trips is None else int(self.host_scalar(ctx, trips))
         going = True if condition is None else bool(self.host_scalar(ctx, condition))
-        carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
+        carried = list(inputs[2 : len(declared)])
         scans: list[list[Array]] = []
         placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
-        if going and limit > 0:
+        if going and limit > 0:  # what a body's run returns is its own: no copy needed
             outer = [inputs[i] for i in self.outer]
             carried = self._iterate(ctx, limit, carried, outer, scans, placed)
+        else:
+            carried = [_copy(xp, v) for v in carried]
         stacked = [
             placed[k]
             if k in placed
@@ -343,12 +347,14 @@ class ScanOp(ControlFlow):
         if len(lengths) > 1:
             raise self.node.bad_input(f"Scan inputs disagree on the sequence length: {lengths}")
         steps = lengths.pop() if lengths else 0
-        carried = [_copy(xp, s) for s in states]
+        carried = list(states)
         scans: list[list[Array]] = []
         placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
-        if steps:
+        if steps:  # what a body's run returns is its own: no copy needed
             outer = [inputs[i] for i in self.outer]
             carried = self._iterate(ctx, steps, carried, scanned, axes, outer, scans, placed)
+        else:
+            carried = [_copy(xp, s) for s in carried]
         stacked = []
         for k in range(self.outputs_count):
             if k in placed:
@@ -423,12 +429,13 @@ class ScanOp(ControlFlow):
 
 
 def _copy(xp: Any, value: Any) -> Any:
-    """A carried value the body cannot alias: arrays copied, sequences as new lists."""
+    """A carried value returned after no iteration, as one nothing else holds: a C-ordered
+    copy of an array, a new list of copies of a sequence's."""
     if value is None:
         return None
     if isinstance(value, list):
-        return list(value)
-    return xp.array(value)
+        return [xp.array(element, order="C") for element in value]
+    return xp.array(value, order="C")
 
 
 DEFS: tuple[OpDef, ...] = (
