@@ -124,6 +124,9 @@ def test_each_loop_iteration_s_outputs_are_its_own_and_outlive_later_runs(how):
             np.testing.assert_array_equal(got.reshape(expected.shape), expected)
     for got, expected in zip(kept, _expected_loop(5, 0.0), strict=True):
         np.testing.assert_array_equal(got, expected)  # the first run's results untouched
+    if how == "profiled":  # rows for the body's nodes, one per iteration of every run
+        assert len(keywords["profile"]["Loop/Add"]) == 5 + 5 + 3 + 1
+        assert [r[0] for r in keywords["trace"]].count("count/Mul_4") == 14
 
 
 def test_a_loop_stopped_by_its_condition_returns_the_values_of_its_last_iteration():
@@ -226,6 +229,9 @@ def test_each_scan_iteration_s_outputs_are_its_own_and_outlive_later_runs(how):
             np.testing.assert_allclose(mine, expected, rtol=1e-6)
     for mine, expected in zip(kept, _expected_scan(*first), strict=True):
         np.testing.assert_allclose(mine, expected, rtol=1e-6)
+    if how == "profiled":  # rows for the body's nodes, one per iteration of every run
+        assert len(keywords["profile"]["Scan/Neg"]) == 4 + 4 + 4 + 1 + 3
+        assert [r[0] for r in keywords["trace"]].count("Scan_0/Neg_3") == 16
 
 
 def test_a_loop_s_and_a_scan_s_results_go_to_the_caller_without_another_copy():
