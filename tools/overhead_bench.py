@@ -2,7 +2,7 @@
 
     python tools/overhead_bench.py cold        # process start to first MLP result, fresh processes
     python tools/overhead_bench.py run         # Session.run's fixed cost and the cost per step
-    python tools/overhead_bench.py body        # entering an If body, a Loop iteration
+    python tools/overhead_bench.py body        # entering an If body, a Loop and a Scan iteration
     python tools/overhead_bench.py vad         # the streaming bench model, 1,000 carried runs
     python tools/overhead_bench.py big NAME    # add_chain_100k / add_tree_100k: create + first run
 
@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -176,30 +177,88 @@ def _loop_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+def _scan_model() -> bytes:
+    """Scan carrying s = s + x_t over the rows of x, with the scan output y_t = s * x_t."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["si", "xi"], ["so"]),
+         helper.make_node("Mul", ["si", "xi"], ["yo"])],
+        "body",
+        [helper.make_tensor_value_info("si", F, [1, 4]),
+         helper.make_tensor_value_info("xi", F, [1, 4])],
+        [helper.make_tensor_value_info("so", F, [1, 4]),
+         helper.make_tensor_value_info("yo", F, [1, 4])],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["s", "x"], ["s_last", "y"], body=body, num_scan_inputs=1)],
+        "g",
+        [helper.make_tensor_value_info("s", F, [1, 4]),
+         helper.make_tensor_value_info("x", F, ["t", 1, 4])],
+        [helper.make_tensor_value_info("s_last", F, [1, 4]),
+         helper.make_tensor_value_info("y", F, ["t", 1, 4])],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _body_steps(session: onemodel.Session, values: list[np.ndarray]) -> Callable[[], None]:
+    """100 runs of the steps of the body of the session's Loop or Scan: its plan's steps on
+    a table already holding `values` (its inputs by position), as a run does them."""
+    operator = session.plans()[0].steps[0].node.operator
+    executor = getattr(operator, "loop_body", None) or operator.scan_body
+    state = executor.body_entry(values)[1].take()
+    table = state.base_table.copy()
+    for value_id, value in zip(executor.graph.input_ids, values, strict=True):
+        table[value_id] = value
+    steps, no_targets = state._run_plain, {}
+
+    def hundred() -> None:
+        with run_scope():  # as in a run: NumPy's error state set once
+            for _ in range(100):
+                steps(table, no_targets)
+
+    return hundred
+
+
 def body() -> None:
-    """If: the run of an If over a one-Add branch less the run of the Add alone. Loop: what
-    each of 100 more iterations of a one-Add body costs."""
-    with_if = onemodel.Session.load(_if_model(True), ONE_THREAD)
-    alone = onemodel.Session.load(_if_model(False), ONE_THREAD)
-    loop = onemodel.Session.load(_loop_model(), ONE_THREAD)
-    feeds = {"x": np.ones((1, 4), np.float32), "c": np.array(True)}
-    once = {"n": np.array(1, np.int64), "x": feeds["x"]}
-    hundred_and_one = {"n": np.array(101, np.int64), "x": feeds["x"]}
-    least = _least_us(
-        {
-            "If": lambda: with_if.run(None, feeds),
-            "Add": lambda: alone.run(None, feeds),
-            "Loop 1": lambda: loop.run(None, once),
-            "Loop 101": lambda: loop.run(None, hundred_and_one),
-        },
-        batch=50,
-        batches=41,
-    )
+    """If: the run of an If over a one-Add branch less the run of the Add alone. Loop, Scan:
+    what each of 100 more iterations costs, and that less what the body's steps cost (taken
+    in turn with the runs, as they are subtracted)."""
+    x = np.ones((1, 4), np.float32)
+    models = {"if": _if_model(True), "add": _if_model(False), "loop": _loop_model(),
+              "scan": _scan_model()}  # fmt: skip
+    ours = {name: onemodel.Session.load(model, ONE_THREAD) for name, model in models.items()}
+    theirs = {name: _onnxruntime(model) for name, model in models.items()}
+    groups = {  # each group's calls taken in turn, as their differences are
+        "if": {"If": ("if", {"x": x, "c": np.array(True)}),
+               "Add": ("add", {"x": x, "c": np.array(True)})},
+        "loop": {"Loop 1": ("loop", {"n": np.array(1, np.int64), "x": x}),
+                 "Loop 101": ("loop", {"n": np.array(101, np.int64), "x": x})},
+        "scan": {"Scan 1": ("scan", {"s": x, "x": np.ones((1, 1, 4), np.float32)}),
+                 "Scan 101": ("scan", {"s": x, "x": np.ones((101, 1, 4), np.float32)})},
+    }  # fmt: skip
+    body_inputs = {"loop": [np.array(0, np.int64), np.array(True), x], "scan": [x, x]}
+    least: dict[str, float] = {}
+    for model, group in groups.items():
+        calls: dict[str, Callable[[], object]] = {}
+        for name, (session, feed) in group.items():
+            calls[name] = partial(ours[session].run, None, feed)
+            calls[f"ort {name}"] = partial(theirs[session].run, None, feed)
+            calls[name]()
+        if model in body_inputs:
+            calls[f"{model} steps x100"] = _body_steps(ours[model], body_inputs[model])
+        least |= _least_us(calls, batch=50, batches=41)
     print({name: round(value, 2) for name, value in least.items()})
     print(
-        f"If entry beyond its branch's step {least['If'] - least['Add']:.2f} us; "
-        f"Loop iteration (Identity + Add) {(least['Loop 101'] - least['Loop 1']) / 100:.2f} us"
+        f"If entry beyond its branch's step {least['If'] - least['Add']:.2f} us "
+        f"(onnxruntime {least['ort If'] - least['ort Add']:.2f} us)"
     )
+    for op, body_ops in (("Loop", "Identity + Add"), ("Scan", "Add + Mul")):
+        mine = (least[f"{op} 101"] - least[f"{op} 1"]) / 100
+        ort = (least[f"ort {op} 101"] - least[f"ort {op} 1"]) / 100
+        steps = least[f"{op.lower()} steps x100"] / 100
+        print(
+            f"{op} iteration ({body_ops}) {mine:.2f} us, its steps {steps:.2f} us, "
+            f"beyond them {mine - steps:.2f} us (onnxruntime iteration {ort:.2f} us)"
+        )
 
 
 def vad(rounds: int | str = 7, runs: int = 1000) -> None:

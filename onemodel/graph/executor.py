@@ -16,7 +16,7 @@ from onemodel.graph import ir
 from onemodel.graph.compiled import CompiledGraph
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.operators.base import TensorSpec
-from onemodel.graph.plan import ExecutionPlan
+from onemodel.graph.plan import ExecutionPlan, StepKind
 from onemodel.graph.run_state import StatePool
 from onemodel.graph.values import signature_of
 
@@ -132,19 +132,26 @@ class GraphExecutor:
             entry = self.entry(key, lambda: tuple([signature_of(value) for value in values]))
         return entry
 
-    def hold_carrying(self, values: Sequence[Any], carried: int) -> HeldBody | None:
-        """A Loop body's run state held for all its iterations, when the plan for `values`
-        gives back the carried values (inputs 2.., outputs 1..) with their types and shapes:
-        every later iteration then runs that plan, with no key and no pool. None otherwise."""
+    def hold_carrying(
+        self,
+        values: Sequence[Any],
+        carried: Sequence[tuple[int, int]],
+        ctx: Any,
+        read_only: int = 0,
+    ) -> HeldBody | None:
+        """A body's run state held for all the iterations of one Loop or Scan run (`ctx`, its
+        node's context), when the plan for `values` gives back each carried value (`carried`:
+        (input position, output position) pairs) with its type and shape: every later
+        iteration then runs that plan with no key and no pool. None otherwise. `read_only`:
+        as in `RunState.body_runner`."""
         entry = self.body_entry(values)
         plan = entry[0]
-        for k in range(carried):
-            given = values[2 + k]
-            if not hasattr(given, "shape"):
+        for given, produced in carried:  # the plan's signature holds the inputs' specs
+            if not hasattr(values[given], "shape"):
                 return None
-            if plan.specs[plan.output_ids[1 + k]] != signature_of(given):
+            if plan.specs[plan.output_ids[produced]] != plan.signature[given]:
                 return None
-        return HeldBody(self._body_ids, entry[1])
+        return HeldBody(self._body_ids, entry[1], ctx, read_only)
 
     def run_body(self, values: Sequence[Any], ctx: Any) -> list[Any]:
         """Run a body with its inputs by position, from inside its node's run (`ctx`): the
@@ -176,17 +183,33 @@ class GraphExecutor:
 
 
 class HeldBody:
-    """One run state of a body plan, taken for a Loop's iterations (`hold_carrying`)."""
+    """One run state of a body plan, taken for the iterations of one Loop or Scan run
+    (`hold_carrying`): `run(values)` runs it with the body's inputs by position, through the
+    state's bound plain runs (`bound`; they also take `given` arrays) where nothing guards,
+    profiles or traces the node's run."""
 
-    __slots__ = ("ids", "pool", "state")
+    __slots__ = ("bound", "pool", "run", "state")
 
-    def __init__(self, ids: Sequence[int], pool: StatePool) -> None:
-        self.ids = ids
+    def __init__(self, ids: Sequence[int], pool: StatePool, ctx: Any, read_only: int) -> None:
         self.pool = pool
-        self.state = pool.take()
+        state = self.state = pool.take()
+        self.bound = ctx.guard is None and ctx.observer is None and state.plain
+        if self.bound:
+            self.run = state.body_runner(read_only)
+        else:
+            self.run = lambda values: state.run_nested(zip(ids, values, strict=True), ctx)
 
-    def run(self, values: Sequence[Any], ctx: Any) -> list[Any]:
-        return self.state.run_nested(zip(self.ids, values, strict=True), ctx)
+    def passes_through(self, output: int, given: int) -> bool:
+        """Whether the held plan's output `output` is its input `given` (by position), itself
+        or through view steps (Identity, Reshape ...): a Loop's condition passed through is
+        true in every iteration."""
+        plan = self.state.plan
+        views = {step.outputs[0]: step for step in plan.steps if step.kind is StepKind.VIEW}
+        value_id = plan.output_ids[output]
+        while value_id in views:
+            step = views[value_id]
+            value_id = step.inputs[step.node.operator.view_of_input]
+        return value_id == plan.graph.input_ids[given]
 
     def release(self) -> None:
         self.pool.give(self.state)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from onemodel.backends.fp_errors import in_run, run_scope
@@ -36,6 +36,7 @@ from onemodel.tensors import HOST, Arena, BufferPool
 from onemodel.tensors.buffers import POISON
 
 _NO_TARGETS: Mapping[int, Any] = {}  # never written: a run without the caller's output arrays
+BodyRunner = Callable[..., list[Any]]  # (values by position, given arrays by value id)
 
 
 class Prepared:
@@ -137,6 +138,7 @@ class RunState:
         # Every graph output a new array of this run: results need no copy (see `_result`).
         self.fresh_results = all(v in plan.fresh_outputs for v in plan.output_ids)
         self.scope = run_scope()  # reused: a state runs on one thread at a time
+        self._runners: dict[int, BodyRunner] = {}  # `body_runner`
         # Checked runs take scratch from a poisoned arena; others keep it from run to run.
         arena = Arena(BufferPool(memory, checked=True)) if checked else None
         # Large host outputs come from the output pool, except in checked runs (fresh memory).
@@ -198,6 +200,47 @@ class RunState:
             return self._run(inputs, None, None, guard, None, None)
         profile, trace, name, label = observer
         return self._run(inputs, None, profile, parent.guard, trace, (name, label))
+
+    def body_runner(self, read_only: int = 0) -> BodyRunner:
+        """Plain runs of a body with its inputs by position, for a caller that holds this
+        state (a Loop's or Scan's iterations, an If branch's entries) and calls them where
+        nothing guards or observes its node: all a run decides per call is decided here,
+        once per state. The outputs this plan does not make new in every run (views of the
+        slab, of an input or of a weight) are copied, as `_result` does, so that none is
+        overwritten by the next run or aliases an input (a Loop's counter is one array
+        rewritten per iteration); except the first `read_only`, which the caller only reads,
+        before its next call (a Loop's condition). `given` (by value id) are arrays for the
+        static steps that write outputs in `plan.per_run` to write into instead of new ones
+        (a Scan's places in its stacked outputs)."""
+        runner = self._runners.get(read_only)
+        if runner is None:
+            runner = self._runners[read_only] = self._body_runner(read_only)
+        return runner
+
+    def _body_runner(self, read_only: int) -> BodyRunner:
+        assert self.plain, "a checked or exact run needs `run_nested`"
+        ctx = self.ctx
+        base, run_plain, result = self.base_table, self._run_plain, self._result
+        ids, output_ids = tuple(self.plan.graph.input_ids), tuple(self.output_ids)
+        copied = tuple(
+            (k, value_id)
+            for k, value_id in enumerate(output_ids)
+            if k >= read_only and value_id not in self.plan.fresh_outputs
+        )
+
+        def run(values: Sequence[Any], given: Mapping[int, Any] = _NO_TARGETS) -> list[Any]:
+            ctx.guard = ctx.observer = None  # for the bodies of its steps: none observed
+            ctx.begin_run()
+            table = base.copy()
+            for value_id, value in zip(ids, values, strict=True):
+                table[value_id] = value
+            run_plain(table, given)
+            results = [table[value_id] for value_id in output_ids]
+            for k, value_id in copied:
+                results[k] = result(results[k], value_id, _NO_TARGETS)
+            return results
+
+        return run
 
     def _run(
         self,

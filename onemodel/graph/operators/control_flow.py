@@ -8,7 +8,9 @@ data-dependent: `run` returns new arrays.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,10 @@ class ControlFlow(Operator):
 
     outputs_data_dependent = True
     supports_exact = True
+    # What a body's run returns is new or copied (`RunState._result`, `body_runner`), and the
+    # rest of what these return is made here (stacked, or `_copy`'d), so a graph output one
+    # writes goes to the caller without another copy.
+    owns_results = True
 
     def body(self, attribute: str) -> Any:
         graph = self.node.attr(attribute)
@@ -64,6 +70,40 @@ class ControlFlow(Operator):
         return host.item() if host.size == 1 else np.asarray(host).reshape(-1)[0]
 
     @staticmethod
+    def stacking_places(
+        xp: Any,
+        plan: Any,
+        first: int,
+        axes: Sequence[int],
+        backwards: Sequence[int],
+        steps: int,
+    ) -> list[tuple[int, int, Array, int, int]]:
+        """The scan outputs (the body's outputs from `first` on, stacked along `axes`,
+        `backwards` or not) that the held body `plan`'s steps can write straight into their
+        places in the stacked results (no array per iteration, no stacking copy): those
+        stacked along axis 0 (each place C-contiguous) that a static step writes into what
+        it is given (`plan.per_run`) and the body returns once (not also as a carried value),
+        at most 2 GiB in all. Per output: (k, value id, the stacked array of `steps`, the
+        first iteration's place, the step to the next)."""
+        output_ids = plan.output_ids
+        places = []
+        for k, (axis, reverse) in enumerate(zip(axes, backwards, strict=True)):
+            value_id = output_ids[first + k]
+            spec = plan.specs[value_id]
+            if (
+                value_id not in plan.per_run
+                or output_ids.count(value_id) > 1
+                or not isinstance(spec, TensorSpec)
+                or spec.numpy_dtype.kind == "O"
+                or axis % (len(spec.shape) + 1)
+                or steps * spec.nbytes > 1 << 31
+            ):
+                continue
+            stacked = xp.empty((steps, *spec.shape), dtype=spec.numpy_dtype)
+            places.append((k, value_id, stacked, steps - 1 if reverse else 0, -1 if reverse else 1))
+        return places
+
+    @staticmethod
     def empty_stack(ctx: RunContext, executor: Any, position: int) -> Array:
         """The stacked scan output of zero iterations: [0, *dims] of the declared type."""
         meta = executor.graph.outputs[position]
@@ -75,8 +115,6 @@ class ControlFlow(Operator):
 
 class IfOp(ControlFlow):
     """Runs the branch the condition chooses, once."""
-
-    owns_results = True  # what a body's run returns never aliases its slab or inputs
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -113,9 +151,10 @@ class IfOp(ControlFlow):
 
 
 class _BranchEntry:
-    """One branch of an If as one parent run state enters it (see `IfOp.bound_run`)."""
+    """One branch of an If as one parent run state enters it (see `IfOp.bound_run`): its run
+    state, and the state's bound plain runs for the entries that nothing guards or observes."""
 
-    __slots__ = ("executor", "ids", "outer", "signature", "state")
+    __slots__ = ("executor", "ids", "outer", "runner", "signature", "state")
 
     def __init__(self, executor: Any, outer: tuple[int, ...], specs: Sequence[Any]) -> None:
         self.executor = executor
@@ -125,12 +164,16 @@ class _BranchEntry:
         tensors = all(isinstance(spec, TensorSpec) for spec in signature)
         self.signature = signature if tensors else None
         self.state: Any = None
+        self.runner: Any = None
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None]) -> list[Array]:
         state = self.state
         if state is None:  # planned on first entry: a branch never taken costs nothing
             state = self.state = self.executor.plan(self.signature)[1].take()
+            self.runner = state.body_runner() if state.plain else None
         values = [inputs[i] for i in self.outer]
+        if ctx.guard is None and ctx.observer is None and self.runner is not None:
+            return self.runner(values)
         return state.run_nested(zip(self.ids, values, strict=True), ctx)
 
 
@@ -143,48 +186,100 @@ class LoopOp(ControlFlow):
         self.loop_body = self.body("body")
         self.outer = self.outer_positions(self.loop_body)
         self.carried = len(node.inputs) - 2
+        # Carried value k: the body's input 2 + k, its output 1 + k.
+        self.carried_pairs = tuple((2 + k, 1 + k) for k in range(self.carried))
+        self.scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
+        self.true: Array | None = None  # made on the first run, on its backend
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> list[Array]:
         xp = ctx.xp
         declared = self.node.inputs
         trips = inputs[0] if declared[0] else None
         condition = inputs[1] if len(declared) > 1 and declared[1] else None
-        limit = None if trips is None else int(self.host_scalar(ctx, trips))
+        limit = sys.maxsize if trips is None else int(self.host_scalar(ctx, trips))
         going = True if condition is None else bool(self.host_scalar(ctx, condition))
-        carried = [_copy(xp, v) for v in inputs[2 : len(declared)]]
+        carried = list(inputs[2 : len(declared)])
         scans: list[list[Array]] = []
-        iteration = 0
-        body = self.loop_body
-        outer = [inputs[i] for i in self.outer]  # the same in every iteration
-        true = xp.asarray(np.True_)  # a started iteration's condition (bodies write no input)
+        placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
+        if going and limit > 0:  # what a body's run returns is its own: no copy needed
+            outer = [inputs[i] for i in self.outer]
+            carried = self._iterate(ctx, limit, carried, outer, scans, placed)
+        else:
+            carried = [_copy(xp, v) for v in carried]
+        stacked = [
+            placed[k]
+            if k in placed
+            else xp.stack([outs[k] for outs in scans])
+            if scans
+            else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k)
+            for k in range(self.scan_count)
+        ]
+        return [*carried, *stacked]
+
+    def _iterate(
+        self,
+        ctx: RunContext,
+        limit: int,
+        carried: list[Array],
+        outer: list[Array | None],
+        scans: list[list[Array]],
+        placed: dict[int, Array],
+    ) -> list[Array]:
+        """Run the body at least once and while it says so, up to `limit` times; the last
+        carried values are returned, each iteration's scan outputs appended to `scans`, and
+        where the body passes its condition through (so that `limit` iterations run), the
+        scan outputs its steps wrote in place (`stacking_places`) put in `placed`."""
+        xp, body, name, first_scan = ctx.xp, self.loop_body, self.node.name, 1 + self.carried
+        # The iteration number: one array rewritten per iteration, which no body output can
+        # alias (every output a body run does not make new is copied: `body_runner`).
+        counter = xp.zeros((), dtype=xp.int64)
+        true = self.true
+        if true is None:  # a started iteration's condition: one array, as bodies write no input
+            true = self.true = xp.asarray(np.True_)
+        values = [counter, true, *carried, *outer]
+        # Held from the first iteration: where the carried values keep their shapes, every
+        # iteration runs one plan.
+        held = body.hold_carrying(values, self.carried_pairs, ctx, 1)
+        run = held.run if held is not None else lambda values: body.run_body(values, ctx)
         guarded = ctx.guard is not None
-        held = None  # the body's run state, while the carried values keep their shapes
+        scanning = self.scan_count > 0
+        places = []
+        every_trip = held is not None and held.bound and limit < sys.maxsize
+        if scanning and every_trip and held.passes_through(0, 1):  # `limit` iterations
+            forward = (0,) * self.scan_count
+            plan = held.state.plan
+            places = self.stacking_places(xp, plan, first_scan, forward, forward, limit)
+            placed.update((k, stacked) for k, _, stacked, _, _ in places)
+        iteration = 0
         try:
-            while going and (limit is None or iteration < limit):
+            while True:
                 if guarded:
-                    ctx.check(self.node.name)
-                values = [xp.asarray(np.int64(iteration)), true, *carried, *outer]
-                if iteration == 0 and (limit is None or limit > 1):  # pays from the second on
-                    held = body.hold_carrying(values, self.carried)
-                results = body.run_body(values, ctx) if held is None else held.run(values, ctx)
-                going = bool(self.host_scalar(ctx, results[0]))
-                carried = results[1 : 1 + self.carried]
-                scanned = results[1 + self.carried :]
-                if guarded:
-                    ctx.charge(sum(int(r.nbytes) for r in scanned), self.node.name, "Loop outputs")
-                scans.append(scanned)
+                    ctx.check(name)
+                if places:
+                    given = {value_id: stacked[iteration]
+                             for _, value_id, stacked, _, _ in places}  # fmt: skip
+                    results = run(values, given)
+                else:
+                    results = run(values)
+                if scanning:
+                    scanned = results[first_scan:]
+                    if guarded:
+                        produced = sum(int(r.nbytes) for r in scanned)
+                        ctx.charge(produced, name, "Loop outputs")
+                    scans.append(scanned)
                 iteration += 1
+                go = results[0]
+                if type(go) is np.ndarray and go.size == 1:
+                    go = go.item()
+                else:
+                    go = self.host_scalar(ctx, go)
+                if not go or iteration >= limit:
+                    return results[1:first_scan]
+                counter[()] = iteration
+                values = [counter, true, *results[1:first_scan], *outer]
         finally:
             if held is not None:
                 held.release()
-        scan_count = len(self.loop_body.graph.outputs) - 1 - self.carried
-        stacked = [
-            xp.stack([outs[k] for outs in scans])
-            if scans
-            else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k)
-            for k in range(scan_count)
-        ]
-        return [*carried, *stacked]
 
 
 class ScanOp(ControlFlow):
@@ -203,6 +298,7 @@ class ScanOp(ControlFlow):
         if self.states < 0:
             raise node.invalid("Scan has fewer inputs than num_scan_inputs")
         self.outputs_count = len(self.scan_body.graph.outputs) - self.states
+        self.carried_pairs = tuple((k, k) for k in range(self.states))  # inputs = outputs
         direction_attribute = "directions" if self.batched else "scan_input_directions"
         self.input_directions = list(node.attr(direction_attribute, [0] * self.scan_inputs))
         self.input_axes = list(node.attr("scan_input_axes", [0] * self.scan_inputs))
@@ -251,40 +347,95 @@ class ScanOp(ControlFlow):
         if len(lengths) > 1:
             raise self.node.bad_input(f"Scan inputs disagree on the sequence length: {lengths}")
         steps = lengths.pop() if lengths else 0
-        carried = [_copy(xp, s) for s in states]
-        collected: list[list[Array]] = [[] for _ in range(self.outputs_count)]
-        for t in range(steps):
-            ctx.check(self.node.name)
-            slices = [
-                xp.take(x, steps - 1 - t if reverse else t, axis=a)
-                for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
-            ]
-            values = self.body_values(self.scan_body, (*carried, *slices), inputs, self.outer)
-            results = self.scan_body.run_body(values, ctx)
-            carried = results[: self.states]
-            produced = sum(int(r.nbytes) for r in results[self.states :])
-            ctx.charge(produced, self.node.name, "Scan outputs")
-            for k in range(self.outputs_count):
-                collected[k].append(results[self.states + k])
+        carried = list(states)
+        scans: list[list[Array]] = []
+        placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
+        if steps:  # what a body's run returns is its own: no copy needed
+            outer = [inputs[i] for i in self.outer]
+            carried = self._iterate(ctx, steps, carried, scanned, axes, outer, scans, placed)
+        else:
+            carried = [_copy(xp, s) for s in carried]
         stacked = []
-        for k, parts in enumerate(collected):
-            if not parts:
+        for k in range(self.outputs_count):
+            if k in placed:
+                stacked.append(placed[k])
+                continue
+            if not scans:
                 stacked.append(self.empty_stack(ctx, self.scan_body, self.states + k))
                 continue
+            parts = [outs[k] for outs in scans]
             if self.output_directions[k]:
                 parts = parts[::-1]
             axis = self.output_axes[k] % (parts[0].ndim + 1)
             stacked.append(xp.stack(parts, axis=axis))
         return [*carried, *stacked]
 
+    def _iterate(
+        self,
+        ctx: RunContext,
+        steps: int,
+        carried: list[Array],
+        scanned: list[Array],
+        axes: list[int],
+        outer: list[Array | None],
+        scans: list[list[Array]],
+        placed: dict[int, Array],
+    ) -> list[Array]:
+        """Run the body once per slice (`steps` of them); the last carried values are
+        returned, each iteration's scan outputs appended to `scans`, and the stacked scan
+        outputs the body's steps wrote in place (see `_places`) put in `placed`."""
+        xp, body, name, states = ctx.xp, self.scan_body, self.node.name, self.states
+        # Per scan input, how to take slice t: a view along a C-contiguous array's first axis
+        # (itself C-contiguous), a copy along any other; and whether it runs backwards.
+        takers = [
+            (x.__getitem__ if a == 0 and x.flags.c_contiguous else partial(xp.take, x, axis=a),
+             steps - 1 if reverse else 0, -1 if reverse else 1)
+            for x, a, reverse in zip(scanned, axes, self.input_directions, strict=True)
+        ]  # fmt: skip
+        values = [*carried, *[take(first) for take, first, _ in takers], *outer]
+        # Held from the first iteration: where the carried values keep their shapes, every
+        # iteration runs one plan.
+        held = body.hold_carrying(values, self.carried_pairs, ctx)
+        run = held.run if held is not None else lambda values: body.run_body(values, ctx)
+        places = []
+        if held is not None and held.bound:
+            directions, axes = self.output_directions, self.output_axes
+            places = self.stacking_places(xp, held.state.plan, states, axes, directions, steps)
+        placed.update((k, stacked) for k, _, stacked, _, _ in places)
+        guarded = ctx.guard is not None
+        try:
+            t = 0
+            while True:
+                if guarded:
+                    ctx.check(name)
+                if places:
+                    given = {value_id: stacked[first + t * sign]
+                             for _, value_id, stacked, first, sign in places}  # fmt: skip
+                    results = run(values, given)
+                else:
+                    results = run(values)
+                scanned_out = results[states:]
+                if guarded:
+                    ctx.charge(sum(int(r.nbytes) for r in scanned_out), name, "Scan outputs")
+                scans.append(scanned_out)
+                t += 1
+                if t == steps:
+                    return results[:states]
+                slices = [take(first + t * sign) for take, first, sign in takers]
+                values = [*results[:states], *slices, *outer]
+        finally:
+            if held is not None:
+                held.release()
+
 
 def _copy(xp: Any, value: Any) -> Any:
-    """A carried value the body cannot alias: arrays copied, sequences as new lists."""
+    """A carried value returned after no iteration, as one nothing else holds: a C-ordered
+    copy of an array, a new list of copies of a sequence's."""
     if value is None:
         return None
     if isinstance(value, list):
-        return list(value)
-    return xp.array(value)
+        return [xp.array(element, order="C") for element in value]
+    return xp.array(value, order="C")
 
 
 DEFS: tuple[OpDef, ...] = (
