@@ -51,6 +51,11 @@ def test_loading_and_running_the_mlp_imports_neither_onnx_nor_what_it_does_not_u
     assert loaded_after(code) == []
 
 
+def test_the_cli_runs_a_model_without_onnx():
+    code = f"from onemodel.cli import main\nassert main(['run', {str(MLP)!r}]) == 0"
+    assert loaded_after(code) == ["onemodel.cli"]
+
+
 def test_the_watch_sees_onnx_when_it_is_imported():
     assert loaded_after("import onnx")[:1] == ["onnx"]
 
