@@ -4,6 +4,7 @@ kernels unless the model or the call needs them. Behaviour, not timing: each tes
 interpreter and looks at what it imported."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+from onemodel.backends.numpy_cpu.threads import THREAD_VARIABLES
 
 MLP = Path(__file__).parent / "models" / "mlp.onnx"
 
@@ -30,13 +33,16 @@ NOT_NEEDED = (
 
 
 def loaded_after(code: str) -> list[str]:
-    """Which of ONNX_PACKAGE and NOT_NEEDED a fresh interpreter has loaded after `code`."""
+    """Which of ONNX_PACKAGE and NOT_NEEDED a fresh interpreter has loaded after `code`, run
+    with no BLAS thread count in its environment (with one, a session that asks for all cores
+    needs threadpoolctl to change it)."""
     watched = ONNX_PACKAGE + NOT_NEEDED
     script = (
         f"import sys, json\n{code}\nprint(json.dumps([m for m in {watched!r} if m in sys.modules]))"
     )
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env
     )
     return json.loads(result.stdout.splitlines()[-1])
 
