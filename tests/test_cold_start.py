@@ -57,6 +57,16 @@ def test_loading_and_running_the_mlp_imports_neither_onnx_nor_what_it_does_not_u
     assert loaded_after(code) == []
 
 
+def test_the_onnxruntime_drop_in_runs_a_model_without_onnx():
+    code = (
+        "import numpy as np, onemodel\n"
+        f"session = onemodel.InferenceSession({str(MLP)!r})\n"
+        "(y,) = session.run(None, {'input': np.ones((8, 32), np.float32)})\n"
+        "assert y.shape == (8, 10)"
+    )
+    assert loaded_after(code) == []
+
+
 def test_the_cli_runs_a_model_without_onnx():
     code = f"from onemodel.cli import main\nassert main(['run', {str(MLP)!r}]) == 0"
     assert loaded_after(code) == ["onemodel.cli"]
