@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:2] == ["bench", "ops"]:
         return _bench_ops(argv[2:])
     args = _parser().parse_args(argv)
-    from onemodel import demo, runner
+    from onemodel import runner
 
     try:
         if args.command == "bench":
@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 save_optimized=args.save_optimized,
             )
         else:
+            from onemodel import demo  # builds its model with onnx.helper: only for the demo
+
             report = demo.main(args.backend, args.batch)
     except (SessionError, BackendUnavailableError, ValueError, OSError, RuntimeError) as error:
         print(f"onemodel: {error}", file=sys.stderr)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import onnx
 
 from onemodel.arrays import OutputsAs, from_other_library, output_converter
 from onemodel.backends import BackendUnavailableError, KernelPaths
@@ -30,6 +29,7 @@ from onemodel.graph.executor import GraphExecutor, compile_body
 from onemodel.graph.float16_widening import widen_float16
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.importer import ModelSource, load_model
+from onemodel.graph.onnx_proto import IR_VERSION, defines_default_opset
 from onemodel.graph.operators.base import TensorSpec
 from onemodel.graph.passes.base import OptimizationLevel
 from onemodel.graph.plan import ExecutionPlan
@@ -38,6 +38,13 @@ from onemodel.graph.weights import WeightStorage
 from onemodel.tensors import TensorShapeError, numpy_dtype_for_onnx, onnx_code_for_numpy, onnx_name
 from onemodel.tensors.buffers import checked_by_default
 from onemodel.tensors.shapes import MAX_BYTES, MAX_RANK, check_shape
+
+
+def _onnx_version() -> str:
+    """The installed onnx's version, for errors (importing onnx: only when one is raised)."""
+    import onnx
+
+    return onnx.__version__
 
 
 class ExecutionMode(enum.Enum):
@@ -88,18 +95,20 @@ class Session:
         cancel: CancellationToken | None = None,
     ) -> None:
         self.options = options = options or SessionOptions()
-        if not 1 <= model.ir_version <= onnx.IR_VERSION:
+        if not 1 <= model.ir_version <= IR_VERSION:
             raise SessionError(
                 ErrorKind.INVALID_MODEL,
-                f"IR version {model.ir_version} is not one this onnx ({onnx.__version__}) "
-                f"defines (1..{onnx.IR_VERSION})",
+                f"IR version {model.ir_version} is not one this onnx ({_onnx_version()}) "
+                f"defines (1..{IR_VERSION})",
             )
         default_opset = model.opsets.get("")
-        if default_opset is not None and not 1 <= default_opset <= onnx.defs.onnx_opset_version():
+        if default_opset is not None and not defines_default_opset(default_opset):
+            import onnx.defs
+
             raise SessionError(
                 ErrorKind.INVALID_MODEL,
                 f"the model imports opset {default_opset} of the default domain; this onnx "
-                f"({onnx.__version__}) defines 1..{onnx.defs.onnx_opset_version()}",
+                f"({_onnx_version()}) defines 1..{onnx.defs.onnx_opset_version()}",
             )
         self.kernels = _kernels(options.backend, model)
         self.model_info = model
@@ -124,6 +133,8 @@ class Session:
                 bodies=compile_body,
             )
         if options.optimized_model_path:
+            import onnx
+
             from onemodel.graph.passes.export import optimized_model  # ~10 ms: only when asked
 
             onnx.save(optimized_model(self._graph, model), options.optimized_model_path)

@@ -233,7 +233,7 @@ class ArrayKernels(ConvolutionKernels):
                 xp.matmul(a, b, out=out)
             return
         with quiet():
-            if NARROW_FLOATS.intersection((a.dtype, b.dtype, out.dtype)):
+            if any(dtype in NARROW_FLOATS for dtype in (a.dtype, b.dtype, out.dtype)):
                 out[...] = xp.matmul(a.astype(xp.float32), b.astype(xp.float32))
             elif out.flags.c_contiguous and a.dtype == b.dtype == out.dtype:
                 xp.matmul(a, b, out=out)

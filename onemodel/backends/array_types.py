@@ -7,13 +7,23 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 # Where a kernel may take temporary arrays from: (shape, dtype) -> a C-contiguous array.
 Scratch = Callable[[Sequence[int], Any], Any]
 
-NARROW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+
+class _NarrowFloats:
+    """`dtype in NARROW_FLOATS`: float16 or bfloat16, the floats kernels compute in float32.
+    bfloat16 is known by its name, so that ml_dtypes loads only where a model has it."""
+
+    _FLOAT16 = np.dtype(np.float16)
+
+    def __contains__(self, dtype: object) -> bool:
+        return dtype == self._FLOAT16 or getattr(dtype, "name", None) == "bfloat16"
+
+
+NARROW_FLOATS = _NarrowFloats()
 
 
 _SKEW_BYTES = 1088  # 17 cache lines: successive temporaries land at different offsets in a page

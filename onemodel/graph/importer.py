@@ -21,10 +21,9 @@ from pathlib import Path, PureWindowsPath
 from typing import Protocol, TypeAlias
 
 import numpy as np
-import onnx
-from onnx import AttributeProto, TensorProto, numpy_helper
 
 from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph import onnx_proto
 from onemodel.graph.gc_pause import paused_gc
 from onemodel.graph.ir import (
     UNKNOWN_TYPE,
@@ -37,8 +36,10 @@ from onemodel.graph.ir import (
     ValueType,
     canonical_domain,
 )
+from onemodel.graph.onnx_proto import AttributeProto, TensorProto
+from onemodel.graph.tensor_decoding import bits_per_element, tensor_array
 from onemodel.progress import bar
-from onemodel.tensors.dtypes import numpy_dtype_for_onnx, onnx_name
+from onemodel.tensors.dtypes import onnx_name
 from onemodel.tensors.errors import UnsupportedDTypeError
 
 
@@ -49,17 +50,6 @@ class BinaryStream(Protocol):
 
 
 ModelSource: TypeAlias = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryStream
-
-# Element types stored several to a byte in raw data (ONNX packs them low bits first).
-_PACKED_BITS = {
-    TensorProto.INT4: 4,
-    TensorProto.UINT4: 4,
-    TensorProto.FLOAT4E2M1: 4,
-    TensorProto.INT2: 2,
-    TensorProto.UINT2: 2,
-    TensorProto.FLOAT6E2M3: 6,
-    TensorProto.FLOAT6E3M2: 6,
-}
 
 # Makes the error for one tensor from a message; external data checks take one.
 _Complaint: TypeAlias = Callable[[str], SessionError]
@@ -92,7 +82,7 @@ def load_model(
 
 
 def model_from_proto(
-    proto: onnx.ModelProto, *, base_dir: str | os.PathLike[str] | None = None
+    proto: onnx_proto.ModelProto, *, base_dir: str | os.PathLike[str] | None = None
 ) -> Model:
     """Import an already parsed ModelProto (left unchanged); external data as in `load_model`."""
     return _import_model(proto, Path(base_dir) if base_dir is not None else None, "the model")
@@ -122,17 +112,17 @@ def _read_source(source: ModelSource) -> tuple[bytes, str, Path | None]:
     )
 
 
-def _parse(data: bytes, where: str) -> onnx.ModelProto:
+def _parse(data: bytes, where: str) -> onnx_proto.ModelProto:
     if not data:
         raise _invalid(f"{where} is empty")
     try:
-        return onnx.ModelProto.FromString(data)
+        return onnx_proto.ModelProto.FromString(data)
     except Exception as error:  # protobuf's errors differ between its implementations
         raise _invalid(f"{where} is not a valid ONNX model ({error})") from error
 
 
 def _import_model(
-    proto: onnx.ModelProto,
+    proto: onnx_proto.ModelProto,
     base_dir: Path | None,
     where: str,
     check: Callable[[str | None], None] | None = None,
@@ -150,7 +140,7 @@ def _import_model(
 
 
 def _import_graph(
-    proto: onnx.ModelProto,
+    proto: onnx_proto.ModelProto,
     opsets: dict[str, int],
     base_dir: Path | None,
     check: Callable[[str | None], None] | None,
@@ -178,7 +168,7 @@ def _import_graph(
     )
 
 
-def _external_bytes(graph: onnx.GraphProto) -> int:
+def _external_bytes(graph: onnx_proto.GraphProto) -> int:
     """The bytes the main graph's initializers keep in external files, as their entries state
     them (a bad entry counts as nothing here; reading it reports it)."""
     total = 0
@@ -189,7 +179,7 @@ def _external_bytes(graph: onnx.GraphProto) -> int:
     return total
 
 
-def _model_opsets(proto: onnx.ModelProto) -> dict[str, int]:
+def _model_opsets(proto: onnx_proto.ModelProto) -> dict[str, int]:
     """The model's operator sets plus those its functions import (their bodies are inlined)."""
     opsets = {canonical_domain(entry.domain): entry.version for entry in proto.opset_import}
     for function in proto.functions:
@@ -221,13 +211,12 @@ class _TensorReader:
         self._loaded = loaded  # told how many external bytes each read brought in
 
     def array(self, tensor: TensorProto, *, node: str | None = None) -> np.ndarray:
+        external = None
         if tensor.data_location == TensorProto.EXTERNAL:
-            tensor = self._with_external_data(tensor, node)
+            external = self._external_data(tensor, node)
         try:
-            array = numpy_helper.to_array(tensor)
-            if array.dtype != object:
-                array = array.astype(numpy_dtype_for_onnx(tensor.data_type), copy=False)
-        except Exception as error:  # onnx raises ValueError, TypeError, KeyError... for bad data
+            array = tensor_array(tensor, external)
+        except Exception as error:  # ValueError, TypeError, UnsupportedDTypeError... for bad data
             raise _invalid(
                 f"tensor of type {onnx_name(tensor.data_type)} with shape {list(tensor.dims)} "
                 f"cannot be decoded ({error})",
@@ -236,7 +225,7 @@ class _TensorReader:
             ) from error
         return _read_only(array)
 
-    def dense(self, sparse: onnx.SparseTensorProto, *, node: str | None = None) -> np.ndarray:
+    def dense(self, sparse: onnx_proto.SparseTensorProto, *, node: str | None = None) -> np.ndarray:
         """A sparse tensor as the dense array it stands for (zeros, or "" for strings)."""
         values = self.array(sparse.values, node=node)
         indices = self.array(sparse.indices, node=node)
@@ -253,8 +242,8 @@ class _TensorReader:
             ) from error
         return _read_only(flat.reshape(shape))
 
-    def _with_external_data(self, tensor: TensorProto, node: str | None) -> TensorProto:
-        """A copy of the tensor whose raw_data holds the bytes from its external file."""
+    def _external_data(self, tensor: TensorProto, node: str | None) -> bytes:
+        """The tensor's bytes from its external file, checked against its entries first."""
         entries = {entry.key: entry.value for entry in tensor.external_data}
         location = entries.get("location", "")
 
@@ -288,12 +277,7 @@ class _TensorReader:
         if len(data) != needed:
             raise invalid(f"external data file '{location}' changed while it was being read")
         self._loaded(needed)
-        loaded = TensorProto()
-        loaded.CopyFrom(tensor)
-        del loaded.external_data[:]
-        loaded.data_location = TensorProto.DEFAULT
-        loaded.raw_data = data
-        return loaded
+        return data
 
     def _external_path(self, location: str, invalid: _Complaint) -> Path:
         """The regular file `location` names inside the model folder, or an error saying why not."""
@@ -340,12 +324,10 @@ def _raw_byte_size(tensor: TensorProto, invalid: _Complaint) -> int:
         raise invalid(f"tensor shape {list(tensor.dims)} has a negative extent")
     if tensor.data_type == TensorProto.STRING:
         raise invalid("a STRING tensor cannot be stored as external data")
-    bits = _PACKED_BITS.get(tensor.data_type)
-    if bits is None:
-        try:
-            bits = numpy_dtype_for_onnx(tensor.data_type).itemsize * 8
-        except UnsupportedDTypeError as error:
-            raise invalid(f"external tensor has an unusable element type ({error})") from error
+    try:
+        bits = bits_per_element(tensor.data_type)
+    except UnsupportedDTypeError as error:
+        raise invalid(f"external tensor has an unusable element type ({error})") from error
     return (math.prod(tensor.dims) * bits + 7) // 8
 
 
@@ -358,12 +340,12 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 # --- Types -------------------------------------------------------------------------------------
 
 
-def _value_info(proto: onnx.ValueInfoProto) -> ValueInfo:
+def _value_info(proto: onnx_proto.ValueInfoProto) -> ValueInfo:
     value_type = _value_type(proto.type) if proto.HasField("type") else UNKNOWN_TYPE
     return ValueInfo(proto.name, value_type, proto.doc_string)
 
 
-def _value_type(proto: onnx.TypeProto) -> ValueType:
+def _value_type(proto: onnx_proto.TypeProto) -> ValueType:
     """Tensor, sequence and optional types; maps, sparse tensors and opaque types are unknown."""
     kind = proto.WhichOneof("value")
     if kind == "tensor_type":
@@ -377,7 +359,7 @@ def _value_type(proto: onnx.TypeProto) -> ValueType:
     return UNKNOWN_TYPE
 
 
-def _dim(proto: onnx.TensorShapeProto.Dimension) -> int | str | None:
+def _dim(proto: onnx_proto.TensorShapeProto.Dimension) -> int | str | None:
     """A declared extent; a negative dim_value (PaddlePaddle writes -1) is unknown, as
     onnxruntime reads it."""
     kind = proto.WhichOneof("value")
@@ -414,7 +396,7 @@ class _Names:
         return name
 
 
-def _unique_node_names(protos: Sequence[onnx.NodeProto]) -> list[str]:
+def _unique_node_names(protos: Sequence[onnx_proto.NodeProto]) -> list[str]:
     """The nodes' names, with unnamed nodes called `{op_type}_{index}` and repeats suffixed.
 
     The first node with a given name keeps it; generated names avoid every name the graph
@@ -460,7 +442,7 @@ _NO_OUTER_SCOPE = _Scope(frozenset())
 _FunctionKey: TypeAlias = tuple[str, str, str]
 
 
-def _function_key(proto: onnx.FunctionProto) -> _FunctionKey:
+def _function_key(proto: onnx_proto.FunctionProto) -> _FunctionKey:
     return canonical_domain(proto.domain), proto.name, proto.overload
 
 
@@ -489,7 +471,7 @@ class _Importer:
         self,
         *,
         tensors: _TensorReader,
-        functions: dict[_FunctionKey, onnx.FunctionProto],
+        functions: dict[_FunctionKey, onnx_proto.FunctionProto],
         initializers_can_be_inputs: bool,
         check: Callable[[str | None], None] | None = None,
     ) -> None:
@@ -500,7 +482,7 @@ class _Importer:
         self._functions_in_progress: set[_FunctionKey] = set()
         self._initializers_can_be_inputs = initializers_can_be_inputs
 
-    def graph(self, proto: onnx.GraphProto, outer: _Scope) -> Graph:
+    def graph(self, proto: onnx_proto.GraphProto, outer: _Scope) -> Graph:
         """A graph (the main one or a subgraph seeing `outer`), validated and in order."""
         initializers = self._initializers(proto)
         inputs = tuple(_value_info(value) for value in proto.input)
@@ -522,7 +504,7 @@ class _Importer:
             label=f"graph '{proto.name}'",
         )
 
-    def _initializers(self, proto: onnx.GraphProto) -> dict[str, np.ndarray]:
+    def _initializers(self, proto: onnx_proto.GraphProto) -> dict[str, np.ndarray]:
         named = [(tensor.name, self._tensors.array(tensor)) for tensor in proto.initializer]
         named += [
             (sparse.values.name, self._tensors.dense(sparse)) for sparse in proto.sparse_initializer
@@ -534,7 +516,9 @@ class _Importer:
             arrays[name] = array
         return arrays
 
-    def _nodes(self, protos: Sequence[onnx.NodeProto], outer: _Scope, own: Set[str]) -> list[Node]:
+    def _nodes(
+        self, protos: Sequence[onnx_proto.NodeProto], outer: _Scope, own: Set[str]
+    ) -> list[Node]:
         """The nodes of one graph with every call of a local function replaced by its body."""
         produced = {output for proto in protos for output in proto.output if output}
         scope = outer.inner(own | produced)
@@ -553,7 +537,7 @@ class _Importer:
                 nodes.extend(_inlined_call(node, function, node_names, value_names))
         return nodes
 
-    def _node(self, proto: onnx.NodeProto, name: str, scope: _Scope) -> Node:
+    def _node(self, proto: onnx_proto.NodeProto, name: str, scope: _Scope) -> Node:
         return Node(
             name=name,
             op_type=proto.op_type,
@@ -609,7 +593,7 @@ class _Importer:
             node=node,
         )
 
-    def _callee(self, proto: onnx.NodeProto) -> _Function | None:
+    def _callee(self, proto: onnx_proto.NodeProto) -> _Function | None:
         """The local function a node calls, if it calls one.
 
         A function in the default domain named like a standard operator does not replace it.
@@ -617,7 +601,7 @@ class _Importer:
         key = (canonical_domain(proto.domain), proto.op_type, proto.overload)
         if key not in self._function_protos:
             return None
-        if key[0] == "" and onnx.defs.has(proto.op_type):
+        if key[0] == "" and _is_standard_operator(proto.op_type):
             return None
         return self._function(key)
 
@@ -636,7 +620,7 @@ class _Importer:
         self._functions[key] = function
         return function
 
-    def _converted_function(self, proto: onnx.FunctionProto, label: str) -> _Function:
+    def _converted_function(self, proto: onnx_proto.FunctionProto, label: str) -> _Function:
         inputs = frozenset(proto.input)
         body = _assembled_graph(
             Graph(
@@ -658,6 +642,12 @@ class _Importer:
             },
             body=body.nodes,
         )
+
+
+def _is_standard_operator(op_type: str) -> bool:
+    import onnx.defs  # its schemas: only for a model whose functions take an operator's name
+
+    return onnx.defs.has(op_type)
 
 
 # --- Inlining ----------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
 from onemodel.tensors.dtypes import DType
@@ -80,7 +79,7 @@ _SUBNORMAL_UNITS32 = 2.0**149
 def float32_to_float64(x: Array) -> Array:
     """float32 values as float64, exactly, subnormals included even where the device's float32
     conversion flushes them (CuPy's -ftz=true): those are rebuilt from their bits."""
-    xp = array_api_compat.array_namespace(x)
+    xp = _namespace(x)
     bits = x.view(xp.uint32)
     with np.errstate(invalid="ignore"):  # signalling NaNs become quiet, as intended
         converted = x.astype(xp.float64)  # right wherever x is not subnormal
@@ -93,7 +92,7 @@ def float64_to_float32(w: Array) -> Array:
     """float64 values rounded to nearest float32, ties to even, subnormal results included even
     where the device's conversion flushes them: there the significand is rint(|w|·2^149), one
     correctly rounded operation on an exactly scaled value."""
-    xp = array_api_compat.array_namespace(w)
+    xp = _namespace(w)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is intended
         converted = w.astype(xp.float32).view(xp.uint32)  # right where the result is normal
     magnitude = xp.abs(w)
@@ -109,7 +108,7 @@ def cast(x: Array, src: DType, dst: DType) -> Array:
 
     Where the array library has no bfloat16 (CuPy), bfloat16 values are held as uint16 bits, in
     and out."""
-    xp = array_api_compat.array_namespace(x)
+    xp = _namespace(x)
     xp, a, shape = _flat(x, held_dtype(xp, src))
     return _cast_flat(xp, a, src, dst).reshape(shape)
 
@@ -122,7 +121,17 @@ def held_dtype(xp: Any, dtype: DType) -> np.dtype:
 
 
 def _has_bfloat16(xp: Any) -> bool:
+    import array_api_compat
+
     return not array_api_compat.is_cupy_namespace(xp)
+
+
+def _namespace(x: Array) -> Any:
+    """The array API namespace of a NumPy or CuPy array (array_api_compat, ~5 ms to import,
+    loads with the first conversion: a fast-mode session on float32 never calls one)."""
+    import array_api_compat
+
+    return array_api_compat.array_namespace(x)
 
 
 def _cast_flat(xp: Any, x: Array, src: DType, dst: DType) -> Array:
@@ -141,7 +150,7 @@ def _cast_flat(xp: Any, x: Array, src: DType, dst: DType) -> Array:
 def _flat(x: Array, dtype: Any) -> tuple[Any, Array, tuple[int, ...]]:
     """Namespace, 1-D view and shape; 1-D so 0-d inputs stay arrays (NumPy turns 0-d results
     into scalars). The dtype is checked because the bit formulas would silently give garbage."""
-    xp = array_api_compat.array_namespace(x)
+    xp = _namespace(x)
     if x.dtype != np.dtype(dtype):
         raise TypeError(f"expected an array of {np.dtype(dtype)}, got {x.dtype}")
     return xp, x.reshape(-1), x.shape

@@ -22,9 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import onnx
-from onnx import numpy_helper
-
 from onemodel.compat.onnxruntime import providers as provider_table
 from onemodel.compat.onnxruntime.capi import native_session
 from onemodel.compat.onnxruntime.capi._pybind_state import (
@@ -41,6 +38,7 @@ from onemodel.compat.onnxruntime.capi._pybind_state import (
 )
 from onemodel.compat.onnxruntime.capi.profiling import Profiler
 from onemodel.errors import ErrorKind, SessionError
+from onemodel.graph import onnx_proto
 from onemodel.graph.importer import model_from_proto
 from onemodel.session import OptimizationLevel, Session
 from onemodel.session import SessionOptions as OnemodelOptions
@@ -138,7 +136,7 @@ class InferenceSession:
 
     def _load(
         self,
-        proto: onnx.ModelProto,
+        proto: onnx_proto.ModelProto,
         base_dir: Path | None,
         providers: Sequence[Any] | None,
         provider_options: Sequence[Mapping[str, Any]] | None,
@@ -316,7 +314,7 @@ class IOBinding(SessionIOBinding):
     """`session.io_binding()`: inputs and outputs bound before `run_with_iobinding`."""
 
 
-def _parse(source: Any) -> tuple[onnx.ModelProto, Path | None]:
+def _parse(source: Any) -> tuple[onnx_proto.ModelProto, Path | None]:
     """The model and the folder its external data is read from (none for bytes)."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -330,7 +328,7 @@ def _parse(source: Any) -> tuple[onnx.ModelProto, Path | None]:
             f"InferenceSession takes a model path or bytes, not {type(source).__name__}"
         )
     try:
-        proto = onnx.ModelProto.FromString(data)
+        proto = onnx_proto.ModelProto.FromString(data)
     except Exception as error:  # protobuf's errors differ between its implementations
         raise InvalidProtobuf(
             ErrorKind.INVALID_MODEL, f"the model is not a valid ONNX protobuf ({error})"
@@ -340,7 +338,7 @@ def _parse(source: Any) -> tuple[onnx.ModelProto, Path | None]:
     return proto, folder
 
 
-def _options_from_model(proto: onnx.ModelProto, given: Any) -> Any:
+def _options_from_model(proto: onnx_proto.ModelProto, given: Any) -> Any:
     """The options the session uses: the caller's, else fresh ones; with
     ORT_LOAD_CONFIG_FROM_MODEL=1 the model's "ort_config" metadata sets theirs first."""
     options = SessionOptions() if given is None else given
@@ -359,7 +357,7 @@ def _options_from_model(proto: onnx.ModelProto, given: Any) -> Any:
     return options
 
 
-def _apply_options(proto: onnx.ModelProto, options: Any) -> None:
+def _apply_options(proto: onnx_proto.ModelProto, options: Any) -> None:
     """Free-dimension overrides and added initializers, written into the model."""
     if not isinstance(options, SessionOptions):
         return
@@ -375,12 +373,14 @@ def _apply_options(proto: onnx.ModelProto, options: Any) -> None:
                 dim.dim_value = fixed
     for tensor in proto.graph.initializer:
         if tensor.name in options.initializers:
+            from onnx import numpy_helper  # onnx's encoding: only for add_initializer
+
             tensor.CopyFrom(numpy_helper.from_array(options.initializers[tensor.name], tensor.name))
-        elif tensor.data_location == onnx.TensorProto.EXTERNAL:
+        elif tensor.data_location == onnx_proto.TensorProto.EXTERNAL:
             _fill_from_memory(tensor, options.external_files)
 
 
-def _fill_from_memory(tensor: onnx.TensorProto, files: Mapping[str, bytes]) -> None:
+def _fill_from_memory(tensor: onnx_proto.TensorProto, files: Mapping[str, bytes]) -> None:
     info = {entry.key: entry.value for entry in tensor.external_data}
     data = files.get(info.get("location", ""))
     if data is None:
@@ -388,11 +388,11 @@ def _fill_from_memory(tensor: onnx.TensorProto, files: Mapping[str, bytes]) -> N
     offset = int(info.get("offset", 0))
     length = int(info["length"]) if "length" in info else len(data) - offset
     tensor.raw_data = data[offset : offset + length]
-    tensor.data_location = onnx.TensorProto.DEFAULT
+    tensor.data_location = onnx_proto.TensorProto.DEFAULT
     del tensor.external_data[:]
 
 
-def _lenient(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _lenient(proto: onnx_proto.ModelProto) -> onnx_proto.ModelProto:
     """The model as onnxruntime checks feeds against it: inputs declared rank 0 take any shape,
     so their declared shape is dropped (in place: the proto is this module's own parse, and
     get_inputs() shows such inputs as [] either way)."""
@@ -408,6 +408,8 @@ def _externalise(path: str, options: SessionOptions) -> None:
     location = options.config_entry(_EXTERNAL_FILE)
     if not location:
         return
+    import onnx  # its external-data writer: only for this onnxruntime option
+
     model = onnx.load(path)
     data = Path(path).parent / location
     data.unlink(missing_ok=True)
@@ -438,20 +440,20 @@ def _onemodel_options(sess_options: Any, backend: str, explicit: bool) -> Onemod
     return options
 
 
-def _node_arg(value: onnx.ValueInfoProto) -> NodeArg:
+def _node_arg(value: onnx_proto.ValueInfoProto) -> NodeArg:
     shape: list[int | str | None] = []
     if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
         shape = [_dim(dim) for dim in value.type.tensor_type.shape.dim]
     return NodeArg(value.name, type_string(value.type), shape)
 
 
-def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
+def _dim(dim: onnx_proto.TensorShapeProto.Dimension) -> int | str | None:
     if dim.HasField("dim_value"):
         return dim.dim_value
     return dim.dim_param if dim.HasField("dim_param") else None
 
 
-def type_string(proto: onnx.TypeProto) -> str:
+def type_string(proto: onnx_proto.TypeProto) -> str:
     """onnxruntime's spelling of a type: tensor(float), seq(tensor(int64)), map(string,...)."""
     kind = proto.WhichOneof("value")
     if kind == "tensor_type":
@@ -469,10 +471,10 @@ def type_string(proto: onnx.TypeProto) -> str:
 
 
 def _element(code: int) -> str:
-    return onnx.TensorProto.DataType.Name(code).lower()
+    return onnx_proto.TensorProto.DataType.Name(code).lower()
 
 
-def _metadata(proto: onnx.ModelProto) -> ModelMetadata:
+def _metadata(proto: onnx_proto.ModelProto) -> ModelMetadata:
     return ModelMetadata(
         producer_name=proto.producer_name,
         graph_name=proto.graph.name,

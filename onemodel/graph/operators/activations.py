@@ -11,8 +11,8 @@ import math
 from typing import Any, ClassVar
 
 from onemodel.backends import activations as kernels
-from onemodel.backends import exact_activations
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.lazy_module import LazyModule
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -34,6 +34,9 @@ from onemodel.graph.operators.unary import (
     erfc,
 )
 from onemodel.tensors.shapes import element_count
+
+# Exact mode's activations: loaded by the first exact kernel (a fast session never needs them).
+exact_activations: Any = LazyModule("onemodel.backends.exact_activations")
 
 
 class Relu(ElementwiseUnary):

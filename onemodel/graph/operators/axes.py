@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import Array, InferContext, NodeInfo, RunContext
 
 INDEX_TYPES = frozenset({TensorProto.INT32, TensorProto.INT64})

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from onnx import TensorProto
 
 from onemodel.backends.broadcasting import ROW_BUFFER_ABOVE, ufunc_into
-from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -31,7 +30,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.broadcast import multidirectional
-from onemodel.graph.operators.unary import BOOL, FLOATS, INTEGERS, NUMERIC
+from onemodel.graph.operators.unary import BOOL, FLOATS, INTEGERS, NUMERIC, exact_elementary
 from onemodel.tensors import DType, onnx_name
 
 LAST_LEGACY_BROADCAST_OPSET = 6
@@ -214,11 +213,11 @@ class Pow(ElementwiseBinary):
         elif a.dtype.kind == "i":
             kernels.exact_map_arrays(_truncated_power, (a, b), out)
         else:
-            kernels.exact_map_arrays(pow64, (a, b), out)
+            kernels.exact_map_arrays(exact_elementary.pow64, (a, b), out)
 
 
 def _truncated_power(xp: Any, a: Array, b: Array) -> Array:
-    return xp.trunc(pow64(xp, a, b))
+    return xp.trunc(exact_elementary.pow64(xp, a, b))
 
 
 def _exact_in_float32(*dtypes: Any) -> bool:

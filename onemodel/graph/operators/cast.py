@@ -15,9 +15,9 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from onnx import TensorProto
 
 from onemodel.backends.casts import fast_cast
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
     Array,
     InferContext,

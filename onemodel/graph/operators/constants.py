@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from onnx import TensorProto
 
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, host_scalar
 from onemodel.graph.operators.base import (
     Array,

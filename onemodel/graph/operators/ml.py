@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from onnx import TensorProto
 
 from onemodel.backends.exact_arrays import exp64, ordered_extremum, ordered_sum
 from onemodel.backends.ieee_float32 import store, widen
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
     Array,
     InferContext,

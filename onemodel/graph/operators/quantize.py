@@ -33,9 +33,9 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from onnx import TensorProto as T
 
 from onemodel.backends.ieee_float32 import narrow, widen
+from onemodel.graph.onnx_proto import TensorProto as T
 from onemodel.graph.operators.axes import normalize_axis
 from onemodel.graph.operators.base import (
     Array,

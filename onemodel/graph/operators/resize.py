@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
 from onemodel.backends.ieee_float32 import store as store_float
 from onemodel.backends.ieee_float32 import widen
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
     Array,

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.axes import INDEX_TYPES
 from onemodel.graph.operators.base import (
     Array,

@@ -11,15 +11,15 @@ The element type sets here are shared by the other element-wise families.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from onnx import TensorProto
 
-from onemodel.backends import activations, exact_elementary
+from onemodel.backends import activations
 from onemodel.backends.activations import float32_kernel
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.lazy_module import LazyModule
+from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
     Array,
     InferContext,
@@ -30,6 +30,9 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.tensors import DType
+
+# Exact mode's elementary functions (~20 ms to import): loaded by the first exact kernel.
+exact_elementary: Any = LazyModule("onemodel.backends.exact_elementary")
 
 FLOATS = frozenset({DType.FLOAT, DType.FLOAT16, DType.DOUBLE, DType.BFLOAT16})
 # The floats of the operators that predate bfloat16 (which most of them took on later).
@@ -125,10 +128,11 @@ class ElementwiseUnary(Operator):
 
 class Ufunc(ElementwiseUnary):
     """The array library's ufunc `ufunc`, written into the output in one pass. In exact mode
-    `exact_function` (a float64 function of exact_elementary), where set, replaces it."""
+    `exact_function` (the name of a float64 function of exact_elementary), where set,
+    replaces it."""
 
     ufunc: ClassVar[str]
-    exact_function: ClassVar[Callable[[Any, Array], Array] | None] = None
+    exact_function: ClassVar[str | None] = None
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         getattr(xp, self.ufunc)(x, out=out)
@@ -137,7 +141,8 @@ class Ufunc(ElementwiseUnary):
         if self.exact_function is None:
             super().compute_exact(kernels, x, out)
         else:
-            kernels.exact_map_arrays(self.exact_function, (x,), out)
+            function = getattr(exact_elementary, self.exact_function)
+            kernels.exact_map_arrays(function, (x,), out)
 
 
 class Formula(ElementwiseUnary):
@@ -232,77 +237,77 @@ class Sin(Ufunc):
     """Exact: exact_elementary.sin64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "sin", True
-    exact_function = staticmethod(exact_elementary.sin64)
+    exact_function = "sin64"
 
 
 class Cos(Ufunc):
     """Exact: exact_elementary.cos64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "cos", True
-    exact_function = staticmethod(exact_elementary.cos64)
+    exact_function = "cos64"
 
 
 class Tan(Ufunc):
     """Exact: exact_elementary.tan64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "tan", True
-    exact_function = staticmethod(exact_elementary.tan64)
+    exact_function = "tan64"
 
 
 class Asin(Ufunc):
     """Exact: exact_elementary.asin64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "arcsin", True
-    exact_function = staticmethod(exact_elementary.asin64)
+    exact_function = "asin64"
 
 
 class Acos(Ufunc):
     """Exact: exact_elementary.acos64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "arccos", True
-    exact_function = staticmethod(exact_elementary.acos64)
+    exact_function = "acos64"
 
 
 class Atan(Ufunc):
     """Exact: exact_elementary.atan64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "arctan", True
-    exact_function = staticmethod(exact_elementary.atan64)
+    exact_function = "atan64"
 
 
 class Sinh(Ufunc):
     """Exact: exact_elementary.sinh64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "sinh", True
-    exact_function = staticmethod(exact_elementary.sinh64)
+    exact_function = "sinh64"
 
 
 class Cosh(Ufunc):
     """Exact: exact_elementary.cosh64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "cosh", True
-    exact_function = staticmethod(exact_elementary.cosh64)
+    exact_function = "cosh64"
 
 
 class Asinh(Ufunc):
     """Exact: exact_elementary.asinh64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "arcsinh", True
-    exact_function = staticmethod(exact_elementary.asinh64)
+    exact_function = "asinh64"
 
 
 class Acosh(Ufunc):
     """Exact: exact_elementary.acosh64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "arccosh", True
-    exact_function = staticmethod(exact_elementary.acosh64)
+    exact_function = "acosh64"
 
 
 class Atanh(Ufunc):
     """Exact: exact_elementary.atanh64 (docs/exact-mode.md)."""
 
     ufunc, supports_exact = "arctanh", True
-    exact_function = staticmethod(exact_elementary.atanh64)
+    exact_function = "atanh64"
 
 
 class Not(Ufunc):

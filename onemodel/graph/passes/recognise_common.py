@@ -4,7 +4,6 @@ intermediate value (which a pattern may then swallow)."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from onemodel.graph.passes.base import is_onnx
@@ -28,7 +27,7 @@ def near(graph: PassGraph, value_id: int, target: float) -> bool:
     if found is None:
         return False
     value, dtype = found
-    tolerance = 4 * max(float(ml_dtypes.finfo(dtype).eps), float(np.finfo(np.float32).eps))
+    tolerance = 4 * max(_epsilon(dtype), float(np.finfo(np.float32).eps))
     return abs(value - target) <= tolerance * abs(target)
 
 
@@ -57,5 +56,13 @@ def opset_at_least(graph: PassGraph, version: int) -> int | None:
     return None if graph.opsets.get("", 0) >= version else version
 
 
+def _epsilon(dtype: np.dtype) -> float:
+    if dtype.kind == "f":
+        return float(np.finfo(dtype).eps)
+    import ml_dtypes  # NumPy's finfo does not know bfloat16 (loaded already: the constant is one)
+
+    return float(ml_dtypes.finfo(dtype).eps)
+
+
 def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == ml_dtypes.bfloat16
+    return dtype.kind == "f" or dtype.name == "bfloat16"
