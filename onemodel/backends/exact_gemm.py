@@ -127,18 +127,19 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
         result = out.reshape(-1, cols) if direct else xp.empty(approx.shape, dtype=out.dtype)
         step = max(1, _BLOCK_ELEMENTS // cols)
         enclosed = out.dtype == np.float32 and factor < math.inf
-        if enclosed:  # −radius and +radius in one product
-            col_bounds = xp.stack([-col_bounds, col_bounds])
         open_rows: list[Array] = []
         open_cols: list[Array] = []
         for start in range(0, approx.shape[0], step):  # blocks that stay in the cache
             part = slice(start, min(start + step, approx.shape[0]))
             batch_cols = col_bounds  # one batch, or each row's own batch's column bounds
-            if col_bounds.shape[-2] > 1:
-                batch_cols = col_bounds[..., xp.arange(part.start, part.stop) // rows, :]
+            if col_bounds.shape[0] > 1:
+                batch_cols = col_bounds[xp.arange(part.start, part.stop) // rows]
             radius = row_bounds[part] * batch_cols
             if enclosed:
-                value, undecided = enclose_float32(xp, approx[part], radius)
+                ends = xp.empty((2, *radius.shape), dtype=xp.float64)
+                xp.subtract(approx[part], radius, out=ends[0])
+                xp.add(approx[part], radius, out=ends[1])
+                value, undecided = enclose_float32(xp, ends, radius)
             else:
                 value, decided = _decide(xp, approx[part], radius, out.dtype)
                 value = _narrowed(xp, value, out.dtype)  # exactly representable there
@@ -185,21 +186,20 @@ def float32_rows(xp: Any, a: Array, right: ExactOperand) -> Array | None:
 @dataclass(frozen=True)
 class RowMatrix:
     """A prepared finite 2-D right operand as `RowProduct` multiplies it: the matrix (made
-    C-contiguous where `of` is asked to: a BLAS gemv is fastest so), its columns' norms with
-    both signs [2, 1, N] and the radius factor. Never written after `of` returns."""
+    C-contiguous where `of` is asked to: a BLAS gemv is fastest so) and its columns' norms
+    times the radius factor, c·√σ_b, with both signs [2, 1, N]. Never written after `of`
+    returns."""
 
     matrix: Array
     signed_norms: Array
-    factor: Array
 
     @classmethod
     def of(cls, xp: Any, right: ExactOperand, contiguous: bool = True) -> RowMatrix:
         if right.values is not None or right.finite.ndim != 2:
             raise ValueError("RowMatrix takes a finite 2-D right operand")
-        norms = xp.sqrt(right.squares)
-        factor = xp.asarray(_radius_factor(right.finite.shape[0], np.float32), dtype=xp.float64)
+        norms = xp.sqrt(right.squares) * _radius_factor(right.finite.shape[0], np.float32)
         matrix = xp.ascontiguousarray(right.finite) if contiguous else right.finite
-        return cls(matrix, xp.stack([-norms, norms])[:, None, :], factor)
+        return cls(matrix, xp.stack([-norms, norms])[:, None, :])
 
 
 class RowProduct:
@@ -214,7 +214,7 @@ class RowProduct:
 
     def __init__(self, xp: Any, right: RowMatrix, rows: int) -> None:
         self.xp = xp
-        self.matrix, self.signed_norms, self.factor = right.matrix, right.signed_norms, right.factor
+        self.matrix, self.signed_norms = right.matrix, right.signed_norms
         columns = right.matrix.shape[1]
         self.approx = xp.empty((rows, columns), dtype=xp.float64)
         self.squares = xp.empty((rows, 1, 1), dtype=xp.float64)
@@ -225,10 +225,9 @@ class RowProduct:
         xp = self.xp
         xp.matmul(a, self.matrix, out=self.approx)
         xp.matmul(a[:, None, :], a[:, :, None], out=self.squares)  # Σ a², any order
-        row_norms = xp.sqrt(self.squares[:, :, 0])
-        row_norms *= self.factor
-        xp.multiply(row_norms, self.signed_norms, out=self.radius)
-        value, undecided = enclose_float32(xp, self.approx, self.radius, self.bounds)
+        xp.multiply(xp.sqrt(self.squares[:, :, 0]), self.signed_norms, out=self.radius)
+        xp.add(self.approx, self.radius, out=self.bounds)  # approx − r, approx + r
+        value, undecided = enclose_float32(xp, self.bounds, self.radius[1])
         if undecided is not None:
             if not bool(xp.all(xp.isfinite(self.squares))):
                 return None
@@ -324,22 +323,17 @@ def _radius_factor(depth: int, dtype: Any) -> float:
     return (depth + (11 if dtype == np.float32 else 9)) * 2.0**-53
 
 
-def enclose_float32(
-    xp: Any, approx: Array, radius: Array, bounds: Array | None = None
-) -> tuple[Array, Array | None]:
-    """The float32 value of the exact result where the enclosure decides it. `radius` is
-    [−r, +r] ([2, *approx.shape], r from `_radius_factor`'s float32 factor); both ends
-    approx − r and approx + r (float64, into `bounds` when given) are converted to float32 (one
-    rounding to nearest each), and where their bits agree that is the result: r's margin
-    keeps the rounded ends outside every value the exact result can take, and rounding is
-    monotone (docs/exact-mode.md, step 3). That covers signed zeros (a −0 BLAS sum with r = 0,
-    an exact +0, has the ends −0 and +0), infinite results and subnormals; on a library whose
-    conversion flushes subnormals, zeros are left open. Returns that float32 array (a view)
-    and where elements are left open, or None where none is; r = 0 elements are +0."""
-    if bounds is None:
-        bounds = xp.empty(radius.shape, dtype=xp.float64)
-    xp.add(approx, radius, out=bounds)
-    rounded = bounds.astype(xp.float32)
+def enclose_float32(xp: Any, ends: Array, radius: Array) -> tuple[Array, Array | None]:
+    """The float32 value of the exact result where the enclosure decides it. `ends` [2, ...]
+    holds approx − r and approx + r (each rounded in float64; r from `_radius_factor`'s
+    float32 factor, `radius`); both are converted to float32 (one rounding to nearest each),
+    and where their bits agree that is the result: r's margin keeps the rounded ends outside
+    every value the exact result can take, and rounding is monotone (docs/exact-mode.md,
+    step 3). That covers signed zeros (a −0 BLAS sum with r = 0, an exact +0, has the ends −0
+    and +0), infinite results and subnormals; on a library whose conversion flushes
+    subnormals, zeros are left open. Returns that float32 array (a view) and where elements
+    are left open, or None where none is; r = 0 elements are +0."""
+    rounded = ends.astype(xp.float32)
     bits = rounded.view(xp.int32)
     undecided = bits[0] != bits[1]
     if xp is not np:  # a flushing conversion: its zeros may stand for subnormals
@@ -347,7 +341,7 @@ def enclose_float32(
     value = rounded[0]
     if not int(xp.count_nonzero(undecided)):
         return value, None
-    zero = radius[1] == 0  # every product ±0: the exact +0 (a −0 BLAS sum is left open)
+    zero = radius == 0  # every product ±0: the exact +0 (a −0 BLAS sum is left open)
     value[zero] = 0
     undecided &= ~zero
     return value, undecided if int(xp.count_nonzero(undecided)) else None
