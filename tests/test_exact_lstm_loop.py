@@ -52,9 +52,9 @@ def _case(name: str) -> tuple[list, dict]:
         x, h0, c0 = x.transpose(1, 0, 2), h0.transpose(1, 0, 2), c0.transpose(1, 0, 2)
     lengths = np.full(batch, seq, dtype=np.int32)
     dtype = np.float16 if name == "float16" else np.float32
-    inputs = [a.astype(dtype) for a in (x, w, r, b)] + [lengths] + [
-        a.astype(dtype) for a in (h0, c0)
-    ]
+    inputs = (
+        [a.astype(dtype) for a in (x, w, r, b)] + [lengths] + [a.astype(dtype) for a in (h0, c0)]
+    )
     return inputs, attributes
 
 
