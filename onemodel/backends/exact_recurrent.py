@@ -19,7 +19,7 @@ of a few hundred elements costs:
   argument 2·min(|x|, 22), which lies in [0, 44] or is NaN (which the clamps keep), and the
   absolute value of it.
 
-A step is then about 100 array calls (the step-by-step formulas take about 145 and their
+A step is then 108 array calls (the step-by-step formulas take about 145 and their
 temporaries). Where a product leaves elements open and its rows are not finite (an inf or
 NaN state), `run` returns None and the caller runs the step-by-step formulas instead.
 """
