@@ -12,7 +12,8 @@ are float32 values already), each element rounded once into float32 and widened
 product), the activations by their exact float64 formulas (exact_activations.py), the sums and
 products of the cell equations as written below, each one correctly rounded float64 operation
 in that order; Y, Y_h and Y_c are rounded once from the float64 states, which carry over from
-step to step unrounded.
+step to step unrounded. LSTM with the default activations computes the same bits by a fused
+loop (`exact_loop`: backends/exact_recurrent.py), whose cost is its number of array calls.
 
 `sequence_lens` gives each batch entry its own length L ≤ seq_length: its steps from L on are
 zero in Y and leave the state alone, so Y_h (and Y_c) hold the state after its last valid step
@@ -414,7 +415,7 @@ class Recurrent(PreparesConstants):
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
         )
         backward = self.reverse or d == 1
-        if ctx.exact and (lengths is None or int(lengths.min()) == steps):
+        if ctx.exact and (lengths is None or not lengths.size or int(lengths.min()) == steps):
             target = None if y is None else y[:, d]
             fused = self.exact_loop(xp, projected, state, weights, backward, target)
             if fused is not None:
