@@ -32,13 +32,13 @@ from onemodel.backends.ieee_float32 import widen as wide
 
 Array = Any  # an array of the backend (numpy.ndarray or cupy.ndarray)
 
-# ln 2 split Cody–Waite style: _LN2_HI keeps 32 significant bits, so k·_LN2_HI is exact for any
-# |k| < 2^21, and _LN2_LO is the rest of ln 2 rounded to float64. Derived with Python's decimal
+# ln 2 split Cody–Waite style: LN2_HI keeps 32 significant bits, so k·LN2_HI is exact for any
+# |k| < 2^21, and LN2_LO is the rest of ln 2 rounded to float64. Derived with Python's decimal
 # module (correctly rounded, the same on every machine), not typed in.
 _LN2 = Context(prec=60).ln(Decimal(2))
-_LN2_HI = math.ldexp(math.floor(math.ldexp(float(_LN2), 32)), -32)
-_LN2_LO = float(_LN2 - Decimal(_LN2_HI))
-_INV_LN2 = float(1 / _LN2)
+LN2_HI = math.ldexp(math.floor(math.ldexp(float(_LN2), 32)), -32)
+LN2_LO = float(_LN2 - Decimal(LN2_HI))
+INV_LN2 = float(1 / _LN2)
 # exp: Taylor terms 1/n! up to degree 13; on |r| ≤ ln2/2 the first term left out is < 4e-18.
 # `elementwise` works on NumPy in blocks of this many elements (128 KiB of float64).
 _ELEMENTWISE_BLOCK = 1 << 14
@@ -47,7 +47,7 @@ _STACKED_HORNER_LIMIT = 1 << 14
 EXP_TERMS = tuple(float(Fraction(1, math.factorial(n))) for n in range(14))
 # Beyond ±746 every float64 (and so every float32) exp is 0 or inf; clamping there also turns
 # ±inf into finite inputs whose result is already the right 0 or inf.
-_EXP_LIMIT = 746.0
+EXP_LIMIT = 746.0
 # log(m) = 2·atanh(u), u = (m − 1)/(m + 1): the series Σ u^(2n+1)/(2n+1) up to n = 11; with
 # m in [√½, √2), |u| ≤ 0.1716 and the first term left out is < 1e-19.
 _ATANH_TERMS = tuple(float(Fraction(1, 2 * n + 1)) for n in range(12))
@@ -326,10 +326,10 @@ def exp_reduced(xp: Any, x: Array) -> tuple[Array, Array]:
     """exp64's range reduction: r = (x − k·ln2_hi) − k·ln2_lo and k = rint(x/ln2) (int32), x
     clamped to ±746 first; exp(x) = ldexp(horner(r, EXP_TERMS), k)."""
     with np.errstate(all="ignore"):
-        x = xp.minimum(xp.maximum(x, -_EXP_LIMIT), _EXP_LIMIT)  # clip's values, cheaper
-        k = xp.rint(x * _INV_LN2)
-        r = x - k * _LN2_HI
-        r -= k * _LN2_LO
+        x = xp.minimum(xp.maximum(x, -EXP_LIMIT), EXP_LIMIT)  # clip's values, cheaper
+        k = xp.rint(x * INV_LN2)
+        r = x - k * LN2_HI
+        r -= k * LN2_LO
         return r, k.astype(xp.int32)
 
 
@@ -355,8 +355,8 @@ def log64(xp: Any, x: Array) -> Array:
         series = horner(xp, u * u, _ATANH_TERMS)
         series *= u
         series *= 2
-        series += e * _LN2_LO
-        result = e * _LN2_HI
+        series += e * LN2_LO
+        result = e * LN2_HI
         result += series
         result = xp.where(x == xp.inf, xp.inf, result)
         result = xp.where(x == 0, -xp.inf, result)

@@ -32,10 +32,10 @@ Array = Any
 # expm1: below |x| = ln2/2 exp(x) − 1 would cancel, so the series x·Σ x^n/(n+1)! is used there
 # (degree 13; the first term left out is < 3e-19 relative); beyond, exp64(x) − 1 loses at most
 # a factor 2.5 of exp64's relative error.
-_EXPM1_LIMIT = math.log(2) / 2
-_EXPM1_TERMS = tuple(float(Fraction(1, math.factorial(n + 1))) for n in range(14))
+EXPM1_LIMIT = math.log(2) / 2
+EXPM1_TERMS = tuple(float(Fraction(1, math.factorial(n + 1))) for n in range(14))
 # tanh(a) rounds to 1 in float64 from a ≈ 19.1 on; clamping there keeps expm1(2a) finite.
-_TANH_LIMIT = 22.0
+TANH_LIMIT = 22.0
 # erfc by its continued fraction, 60 levels from the bottom: within 2.2e-16 for y ≥ 2.12.
 _ERFC_LEVELS = 60
 _ONE_OVER_SQRT_PI = float.fromhex("0x1.20dd750429b6dp-1")  # 1/√π rounded to float64
@@ -52,12 +52,12 @@ def map_arrays(
 def expm1_64(xp: Any, x: Array) -> Array:
     """exp(x) − 1: x·Σ_{n≤13} x^n/(n+1)! by Horner's rule for |x| < ln2/2, else exp64(x) − 1.
     −0 stays −0, −inf gives −1."""
-    near = xp.minimum(xp.maximum(x, -_EXPM1_LIMIT), _EXPM1_LIMIT)  # clip's values, cheaper
+    near = xp.minimum(xp.maximum(x, -EXPM1_LIMIT), EXPM1_LIMIT)  # clip's values, cheaper
     r, k = exp_reduced(xp, x)  # exp64's steps; both polynomials in one evaluation
-    series, far = horner_segments(xp, ((near, _EXPM1_TERMS), (r, EXP_TERMS)))
+    series, far = horner_segments(xp, ((near, EXPM1_TERMS), (r, EXP_TERMS)))
     series *= near
     far = xp.ldexp(far, k) - 1
-    return xp.where(xp.absolute(x) < _EXPM1_LIMIT, series, far)
+    return xp.where(xp.absolute(x) < EXPM1_LIMIT, series, far)
 
 
 def log1p64(xp: Any, t: Array) -> Array:
@@ -69,7 +69,7 @@ def log1p64(xp: Any, t: Array) -> Array:
 
 def tanh64(xp: Any, x: Array) -> Array:
     """tanh: a = min(|x|, 22), e = expm1_64(2a), e / (e + 2) with x's sign (−0 stays −0)."""
-    a = xp.minimum(xp.absolute(x), _TANH_LIMIT)
+    a = xp.minimum(xp.absolute(x), TANH_LIMIT)
     e = expm1_64(xp, a * 2)
     return xp.copysign(e / (e + 2), x)
 
@@ -79,14 +79,14 @@ def sigmoid_and_tanh64(xp: Any, x: Array, split: int) -> tuple[Array, Array]:
     polynomials (exp of −x; expm1's series and exp of 2a) in one `horner_segments` call: an
     LSTM step's gates, whose small arrays cost by the number of array calls."""
     s, t = x[..., :split], x[..., split:]
-    twice = xp.minimum(xp.absolute(t), _TANH_LIMIT) * 2  # tanh64's a·2, expm1_64's argument
-    near = xp.minimum(twice, _EXPM1_LIMIT)  # twice ≥ 0 (or NaN): clip's values
+    twice = xp.minimum(xp.absolute(t), TANH_LIMIT) * 2  # tanh64's a·2, expm1_64's argument
+    near = xp.minimum(twice, EXPM1_LIMIT)  # twice ≥ 0 (or NaN): clip's values
     r, k = exp_reduced(xp, xp.concatenate([-s, twice], axis=-1))
-    exp_r, series = horner_segments(xp, ((r, EXP_TERMS), (near, _EXPM1_TERMS)))
+    exp_r, series = horner_segments(xp, ((r, EXP_TERMS), (near, EXPM1_TERMS)))
     powers = xp.ldexp(exp_r, k)
     sigmoid = 1 / (powers[..., :split] + 1)
     series *= near
-    e = xp.where(xp.absolute(twice) < _EXPM1_LIMIT, series, powers[..., split:] - 1)
+    e = xp.where(xp.absolute(twice) < EXPM1_LIMIT, series, powers[..., split:] - 1)
     return sigmoid, xp.copysign(e / (e + 2), t)
 
 

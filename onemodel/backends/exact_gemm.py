@@ -39,8 +39,10 @@ from onemodel.backends.ieee_float32 import narrow, store, widen
 
 Array = Any  # an array of the backend (numpy.ndarray or cupy.ndarray)
 
-# The exact path works on (elements × K) blocks of about this many float64 values at a time.
-_BLOCK_VALUES = 1 << 21
+# The exact path works on (elements × K) blocks of about this many float64 values at a time
+# (2 MiB: odd_sum's dozen passes over a block then stay in the cache; BERT-base's K = 3072
+# products took 0.53 s with 16 MiB blocks, 0.34 s so).
+_BLOCK_VALUES = 1 << 18
 # The decision runs on blocks of about this many output elements: its dozen or so whole-array
 # steps then read and write the cache rather than memory (4 to 10 times faster on a busy CPU).
 _BLOCK_ELEMENTS = 1 << 15
@@ -114,7 +116,7 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
         *batch, rows, cols = approx.shape
         approx = approx.reshape(-1, cols)
         # the radius bound holds up to K = 2^24; beyond, nothing is decided (exact path)
-        factor = (depth + 9) * 2.0**-53 if depth <= 1 << 24 else math.inf
+        factor = _radius_factor(depth, out.dtype) if depth <= 1 << 24 else math.inf
         row_bounds = xp.sqrt(left.squares) * factor
         row_bounds = xp.broadcast_to(row_bounds, (*batch, rows)).reshape(-1, 1)
         col_bounds = xp.broadcast_to(xp.sqrt(right.squares), (*batch, cols)).reshape(-1, cols)
@@ -124,6 +126,7 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
         direct = out.flags.c_contiguous
         result = out.reshape(-1, cols) if direct else xp.empty(approx.shape, dtype=out.dtype)
         step = max(1, _BLOCK_ELEMENTS // cols)
+        enclosed = out.dtype == np.float32 and factor < math.inf
         open_rows: list[Array] = []
         open_cols: list[Array] = []
         for start in range(0, approx.shape[0], step):  # blocks that stay in the cache
@@ -132,19 +135,24 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
             if col_bounds.shape[0] > 1:
                 batch_cols = col_bounds[xp.arange(part.start, part.stop) // rows]
             radius = row_bounds[part] * batch_cols
-            if out.dtype == np.float32:
-                value, decided = _decide_float32(xp, approx[part], radius)
+            if enclosed:
+                ends = xp.empty((2, *radius.shape), dtype=xp.float64)
+                xp.subtract(approx[part], radius, out=ends[0])
+                xp.add(approx[part], radius, out=ends[1])
+                value, undecided = enclose_float32(xp, ends, radius)
             else:
                 value, decided = _decide(xp, approx[part], radius, out.dtype)
                 value = _narrowed(xp, value, out.dtype)  # exactly representable there
+                undecided = ~decided
             if specials is not None:  # inf and NaN results, as the finite part cannot decide
                 where = specials[0][part]
                 value[where] = specials[1][part][where].astype(out.dtype)
-                decided |= where
-            if not bool(xp.all(decided)):  # cheaper than nonzero where all are decided
-                undecided = xp.nonzero(~decided)
-                open_rows.append(undecided[0] + start)
-                open_cols.append(undecided[1])
+                if undecided is not None:
+                    undecided &= ~where
+            if undecided is not None and bool(xp.any(undecided)):
+                rows_open, cols_open = xp.nonzero(undecided)
+                open_rows.append(rows_open + start)
+                open_cols.append(cols_open)
             result[part] = value
         if open_rows:  # all blocks' undecided elements summed exactly at once
             flat, columns = xp.concatenate(open_rows), xp.concatenate(open_cols)
@@ -164,27 +172,69 @@ def float32_values(xp: Any, x: Array) -> Array:
 
 def float32_rows(xp: Any, a: Array, right: ExactOperand) -> Array | None:
     """`matmul` into float32 of a few rows `a` (2-D, float32 values in float64) and a prepared
-    finite 2-D right operand, widened to float64, in a few dozen array calls (a recurrent
-    layer's step, where the calls cost more than the arithmetic): the BLAS product, the radius,
-    `_decide_float32` and the exact path for the elements left open, as `matmul` has them,
-    without its blocks and bookkeeping. None where `a` is not finite: the caller then takes
-    `matmul`."""
-    depth = a.shape[-1]
-    if right.values is not None or a.ndim != 2 or right.finite.ndim != 2 or depth > 1 << 24:
+    finite 2-D right operand, widened to float64: a `RowProduct` used once. None where `a` is
+    not finite: the caller then takes `matmul`."""
+    if right.values is not None or a.ndim != 2 or right.finite.ndim != 2 or a.shape[-1] > 1 << 24:
         return None
     with np.errstate(all="ignore"):
-        approx = a @ right.finite
-        squares = xp.einsum("mk,mk->m", a, a)
-        if not bool(xp.all(xp.isfinite(squares))):  # an inf or NaN in a: `matmul`'s rules
+        if not bool(xp.all(xp.isfinite(a))):  # an inf or NaN in a: `matmul`'s rules
             return None
-        radius = xp.sqrt(right.squares) * (xp.sqrt(squares) * ((depth + 9) * 2.0**-53))[:, None]
-        value, decided = _decide_float32(xp, approx, radius)
-        if not bool(xp.all(decided)):
-            rows, cols = xp.nonzero(~decided)
-            value[rows, cols] = _narrowed(
-                xp, exact_dots(xp, a, right.finite, (rows, cols)), xp.float32
-            )
-    return to_float64(xp, value)
+        value = RowProduct(xp, RowMatrix.of(xp, right, contiguous=False), a.shape[0])(a)
+    return None if value is None else to_float64(xp, value)
+
+
+@dataclass(frozen=True)
+class RowMatrix:
+    """A prepared finite 2-D right operand as `RowProduct` multiplies it: the matrix (made
+    C-contiguous where `of` is asked to: a BLAS gemv is fastest so) and its columns' norms
+    times the radius factor, c·√σ_b, with both signs [2, 1, N]. Never written after `of`
+    returns."""
+
+    matrix: Array
+    signed_norms: Array
+
+    @classmethod
+    def of(cls, xp: Any, right: ExactOperand, contiguous: bool = True) -> RowMatrix:
+        if right.values is not None or right.finite.ndim != 2:
+            raise ValueError("RowMatrix takes a finite 2-D right operand")
+        norms = xp.sqrt(right.squares) * _radius_factor(right.finite.shape[0], np.float32)
+        matrix = xp.ascontiguousarray(right.finite) if contiguous else right.finite
+        return cls(matrix, xp.stack([-norms, norms])[:, None, :])
+
+
+class RowProduct:
+    """`matmul` into float32 of a fixed number of rows (float32 values in float64) against a
+    `RowMatrix`, over and over (a recurrent layer's steps), in about ten array calls, as those
+    cost more than the arithmetic there: the BLAS product, the radius from the columns' norms
+    and the rows' squared norm, `enclose_float32`, and the exact path for the elements it
+    leaves open, into buffers allocated once. Calling it with the rows returns the float32
+    product, valid until the next call, or None where elements are left open and the rows
+    are not finite (then `matmul`'s rules apply: every element it decides is right as it is,
+    see docs/exact-mode.md)."""
+
+    def __init__(self, xp: Any, right: RowMatrix, rows: int) -> None:
+        self.xp = xp
+        self.matrix, self.signed_norms = right.matrix, right.signed_norms
+        columns = right.matrix.shape[1]
+        self.approx = xp.empty((rows, columns), dtype=xp.float64)
+        self.squares = xp.empty((rows, 1, 1), dtype=xp.float64)
+        self.radius = xp.empty((2, rows, columns), dtype=xp.float64)
+        self.bounds = xp.empty((2, rows, columns), dtype=xp.float64)
+
+    def __call__(self, a: Array) -> Array | None:
+        xp = self.xp
+        xp.matmul(a, self.matrix, out=self.approx)
+        xp.matmul(a[:, None, :], a[:, :, None], out=self.squares)  # Σ a², any order
+        xp.multiply(xp.sqrt(self.squares[:, :, 0]), self.signed_norms, out=self.radius)
+        xp.add(self.approx, self.radius, out=self.bounds)  # approx − r, approx + r
+        value, undecided = enclose_float32(xp, self.bounds, self.radius[1])
+        if undecided is not None:
+            if not bool(xp.all(xp.isfinite(self.squares))):
+                return None
+            rows, cols = xp.nonzero(undecided)
+            exact = exact_dots(xp, a, self.matrix, (rows, cols))
+            value[rows, cols] = _narrowed(xp, exact, xp.float32)
+        return value
 
 
 def _narrowed(xp: Any, value: Array, dtype: Any) -> Array:
@@ -266,29 +316,35 @@ def _decide(xp: Any, approx: Array, radius: Array, dtype: Any) -> tuple[Array, A
     return value, decided
 
 
-def _decide_float32(xp: Any, approx: Array, radius: Array) -> tuple[Array, Array]:
-    """`_decide` for float32 outputs in fewer steps: f = approx converted to float32 (rounded
-    to nearest), d = approx − f (exact), h = half of f's spacing (a quarter where f is a power
-    of two, as the spacing below halves there), made from f's float64 bits; decided where
-    radius < h − |d| (exact), f is finite and not zero, or where radius is 0 (+0). On a
-    library that flushes float32 subnormals the conversion gives 0 there, so those elements
-    are left to the exact path: the decision may differ, the result cannot."""
-    value = approx.astype(xp.float32)
-    back = value.astype(xp.float64)
-    power = (back.view(xp.int64) & ((1 << 52) - 1)) == 0  # a power of two (or zero)
-    bits = back.view(xp.int64) & (0x7FF << 52)
-    # 2^(E − 24), half the spacing of a float32 of exponent E (2^(E − 25) for a power of two)
-    bits -= xp.where(power, 25 << 52, 24 << 52)
-    distance = xp.abs(xp.subtract(approx, back, out=back))  # exact: f is approx rounded
-    xp.maximum(bits, (1023 - 150) << 52, out=bits)  # the subnormals' half spacing, 2^-150
-    bound = xp.subtract(bits.view(xp.float64), distance, out=distance)  # exact
-    decided = radius < bound  # NaN (f infinite) compares False
-    decided &= value != 0
-    zero = radius == 0
-    if bool(xp.any(zero)):
-        value[zero] = 0
-        decided |= zero
-    return value, decided
+def _radius_factor(depth: int, dtype: Any) -> float:
+    """c = (K + 9)·u of the radius r = √σ_a·c·√σ_b (docs/exact-mode.md, step 2); for float32
+    outputs (K + 11)·u, the two units more covering the roundings of `enclose_float32`'s ends
+    approx ± r."""
+    return (depth + (11 if dtype == np.float32 else 9)) * 2.0**-53
+
+
+def enclose_float32(xp: Any, ends: Array, radius: Array) -> tuple[Array, Array | None]:
+    """The float32 value of the exact result where the enclosure decides it. `ends` [2, ...]
+    holds approx − r and approx + r (each rounded in float64; r from `_radius_factor`'s
+    float32 factor, `radius`); both are converted to float32 (one rounding to nearest each),
+    and where their bits agree that is the result: r's margin keeps the rounded ends outside
+    every value the exact result can take, and rounding is monotone (docs/exact-mode.md,
+    step 3). That covers signed zeros (a −0 BLAS sum with r = 0, an exact +0, has the ends −0
+    and +0), infinite results and subnormals; on a library whose conversion flushes
+    subnormals, zeros are left open. Returns that float32 array (a view) and where elements
+    are left open, or None where none is; r = 0 elements are +0."""
+    rounded = ends.astype(xp.float32)
+    bits = rounded.view(xp.int32)
+    undecided = bits[0] != bits[1]
+    if xp is not np:  # a flushing conversion: its zeros may stand for subnormals
+        undecided |= rounded[0] == 0
+    value = rounded[0]
+    if not int(xp.count_nonzero(undecided)):
+        return value, None
+    zero = radius == 0  # every product ±0: the exact +0 (a −0 BLAS sum is left open)
+    value[zero] = 0
+    undecided &= ~zero
+    return value, undecided if int(xp.count_nonzero(undecided)) else None
 
 
 def _power_of_two(xp: Any, exponent: Array) -> Array:
@@ -350,6 +406,9 @@ def exact_dots(xp: Any, a: Array, b: Array, index: tuple[Array, ...]) -> Array:
     a_full = a if a.shape[:-2] == batch else xp.broadcast_to(a, (*batch, *a.shape[-2:]))
     if b.shape[:-2] != batch:
         b_rows = xp.broadcast_to(b_rows, (*batch, *b_rows.shape[-2:]))
+    if xp is np and rows.shape[0] <= _FSUM_DOTS:
+        at = tuple(batch_index)
+        return _fsum_odd(a_full[(*at, rows)] * b_rows[(*at, cols)])
     block = max(1, _BLOCK_VALUES // depth)
     sums = []
     for start in range(0, rows.shape[0], block):
@@ -357,6 +416,30 @@ def exact_dots(xp: Any, a: Array, b: Array, index: tuple[Array, ...]) -> Array:
         at = tuple(i[part] for i in batch_index)
         sums.append(odd_sum(xp, a_full[(*at, rows[part])] * b_rows[(*at, cols[part])]))
     return xp.concatenate(sums)
+
+
+# Up to this many dot products, NumPy's exact path takes `_fsum_odd` (about 25 µs each) rather
+# than `odd_sum` (about 120 µs for any small number): a recurrent step leaves one or two open.
+_FSUM_DOTS = 4
+_TWO_53 = 2.0**53
+
+
+def _fsum_odd(terms: np.ndarray) -> np.ndarray:
+    """`odd_sum` of a few rows on the host, the same values: s = math.fsum (the exact sum
+    rounded to nearest, Shewchuk's algorithm; a faithful rounding would do) and the sign of
+    the exact remainder Σ terms − s (fsum again, so exact); an inexact s with an even last
+    bit moves one ulp toward the exact sum. That is the sum rounded to odd, whichever way it
+    is computed (an exact zero is +0)."""
+    sums = []
+    for row in terms.tolist():
+        total = math.fsum(row)
+        if total != 0:
+            row.append(-total)
+            rest = math.fsum(row)
+            if rest != 0 and int(math.frexp(total)[0] * _TWO_53) % 2 == 0:
+                total = math.nextafter(total, math.copysign(math.inf, rest))
+        sums.append(total if total != 0 else 0.0)
+    return np.asarray(sums, dtype=np.float64)
 
 
 def odd_sum(xp: Any, terms: Array) -> Array:

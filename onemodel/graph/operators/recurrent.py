@@ -12,7 +12,8 @@ are float32 values already), each element rounded once into float32 and widened
 product), the activations by their exact float64 formulas (exact_activations.py), the sums and
 products of the cell equations as written below, each one correctly rounded float64 operation
 in that order; Y, Y_h and Y_c are rounded once from the float64 states, which carry over from
-step to step unrounded.
+step to step unrounded. LSTM with the default activations computes the same bits by a fused
+loop (`exact_loop`: backends/exact_recurrent.py), whose cost is its number of array calls.
 
 `sequence_lens` gives each batch entry its own length L ≤ seq_length: its steps from L on are
 zero in Y and leave the state alone, so Y_h (and Y_c) hold the state after its last valid step
@@ -33,6 +34,8 @@ from typing import Any, ClassVar
 from onemodel.backends import exact_activations
 from onemodel.backends import recurrent as recurrent_cells
 from onemodel.backends.exact_elementary import expm1_64, sigmoid_and_tanh64, tanh64
+from onemodel.backends.exact_gemm import ExactOperand
+from onemodel.backends.exact_recurrent import ExactLSTM, lstm_matrix
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
@@ -131,6 +134,20 @@ class DirectionWeights:
     exact_defaults: bool = False
     # A constant right operand of `matmul` made ready once (exact mode's prepared form).
     prepare: Callable[[Array], Any] = _as_given
+    # Exact mode with constant weights, prepared once per plan (`ExactWeights`): Wᵀ as
+    # `matmul`'s operand, and R as the fused loop's (`Recurrent.exact_loop_matrix`).
+    inputs: Any = None
+    loop: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExactWeights:
+    """One direction's constant weights in exact mode, prepared once per plan: Wᵀ and Rᵀ as
+    `float32_product`'s operands, and Rᵀ as the fused loop's (None where it has none)."""
+
+    inputs: Any
+    recurrence: Any
+    loop: Any
 
 
 def _optional(inputs: Sequence[Array | None], index: int) -> Array | None:
@@ -270,15 +287,36 @@ class Recurrent(PreparesConstants):
         """The fused cells' weights of every direction, when W, R and B (if named) are
         constants and the fused cells can run: fast mode, `fusable`, no peepholes."""
         needed = [_W, _R] + ([_B] if self._named(_B) else [])
+        if ctx.exact:
+            return self._exact_weights(ctx, constants)
         if (
-            ctx.exact
-            or not self.fusable
+            not self.fusable
             or self._named(_P)
             or any(_optional(constants, i) is None for i in needed)
         ):
             return None
         cast = _Cast(ctx.xp.float64 if constants[_W].dtype == ctx.xp.float64 else ctx.xp.float32)
         return tuple(self._cell_weights(ctx.xp, constants, d, cast) for d in range(self.directions))
+
+    def _exact_weights(
+        self, ctx: RunContext, constants: Sequence[Array | None]
+    ) -> tuple[ExactWeights, ...] | None:
+        """Exact mode's operands of constant W and R (float32 products: not float64)."""
+        w, r = _optional(constants, _W), _optional(constants, _R)
+        if w is None or r is None or w.dtype == ctx.kernels.xp.float64:
+            return None
+        xp = ctx.kernels.xp
+        prepared = []
+        for d in range(self.directions):
+            inputs = float32_operand(ctx.kernels, widen(xp, w[d]).T)
+            recurrence = float32_operand(ctx.kernels, widen(xp, r[d]).T)
+            loop = self.exact_loop_matrix(xp, recurrence)
+            prepared.append(ExactWeights(inputs, recurrence, loop))
+        return tuple(prepared)
+
+    def exact_loop_matrix(self, xp: Any, recurrence: ExactOperand) -> Any:
+        """Rᵀ prepared as `exact_loop` multiplies it, or None where it has no fused loop."""
+        return None
 
     def _named(self, index: int) -> bool:
         """Whether the node names input `index` (an optional input may be left out)."""
@@ -325,7 +363,10 @@ class Recurrent(PreparesConstants):
                 if fused:
                     state = self._run_fused(ctx, prepared, inputs, x, d, y, cast)
                 else:
-                    weights = self._direction(xp, inputs, d, cast, matmul, ctx.exact, prepare)
+                    exact = prepared[d] if ctx.exact and prepared is not None else None
+                    weights = self._direction(
+                        xp, inputs, d, cast, matmul, ctx.exact, prepare, exact
+                    )
                     state = self._run_direction(ctx, inputs, x, d, lengths, y, weights, cast)
                 for final, value in zip(finals, state, strict=True):
                     if final is not None:
@@ -349,7 +390,10 @@ class Recurrent(PreparesConstants):
         size = self.gates * hidden
         if ctx.exact:  # one product of every step's rows, as a 2-D product
             rows = x.reshape(steps * batch, x.shape[2])
-            projected = weights.matmul(rows, weights.prepare(cast(inputs[_W][d]).T))
+            operand = weights.inputs
+            if operand is None:
+                operand = weights.prepare(cast(inputs[_W][d]).T)
+            projected = weights.matmul(rows, operand)
             projected = projected.reshape(steps, batch, size)
         else:
             # One GEMM over every time step (a [T, B, I] operand would make T products), into
@@ -371,6 +415,11 @@ class Recurrent(PreparesConstants):
             for index in (_INITIAL_H, _INITIAL_C)[: self.states]
         )
         backward = self.reverse or d == 1
+        if ctx.exact and (lengths is None or not lengths.size or int(lengths.min()) == steps):
+            target = None if y is None else y[:, d]
+            fused = self.exact_loop(xp, projected, state, weights, backward, target)
+            if fused is not None:
+                return fused
         for t in range(steps - 1, -1, -1) if backward else range(steps):
             new = self.step(xp, projected[t], state, weights)
             if lengths is None:
@@ -382,6 +431,19 @@ class Recurrent(PreparesConstants):
             if y is not None:
                 store(xp, y[t, d], emitted)
         return state
+
+    def exact_loop(
+        self,
+        xp: Any,
+        projected: Array,
+        state: tuple[Array, ...],
+        weights: DirectionWeights,
+        backward: bool,
+        y: Array | None,
+    ) -> tuple[Array, ...] | None:
+        """Exact mode's fused time loop, the same bits as `step` step by step in fewer array
+        calls (LSTMOp: backends/exact_recurrent.py), or None: run `step` instead."""
+        return None
 
     def _run_fused(
         self,
@@ -446,21 +508,29 @@ class Recurrent(PreparesConstants):
         matmul: Callable[[Array, Array], Array],
         exact: bool,
         prepare: Callable[[Array], Any] | None = None,
+        prepared: ExactWeights | None = None,
     ) -> DirectionWeights:
-        """What direction d's steps read; `prepare` makes Rᵀ a constant exact operand once."""
+        """What direction d's steps read; `prepare` makes Rᵀ a constant exact operand once
+        (`prepared`: once per plan)."""
         size = self.gates * inputs[_R].shape[2]
         bias = _optional(inputs, _B)
         peepholes = _optional(inputs, _P)
         recurrence = cast(inputs[_R][d])
         activations = self.activations[d]
+        if prepared is not None:
+            operand = prepared.recurrence
+        else:
+            operand = recurrence.T if prepare is None else prepare(recurrence.T)
         return DirectionWeights(
-            recurrence.T if prepare is None else prepare(recurrence.T),
+            operand,
             xp.zeros(size, dtype=recurrence.dtype) if bias is None else cast(bias[d, size:]),
             None if peepholes is None else cast(peepholes[d]),
             tuple(a.exact() for a in activations) if exact else activations,
             matmul,
             exact and self.fusable,
             prepare or _as_given,
+            None if prepared is None else prepared.inputs,
+            None if prepared is None else prepared.loop,
         )
 
     def clipped(self, xp: Any, x: Array) -> Array:
@@ -537,6 +607,26 @@ class LSTMOp(Recurrent):
         super().__init__(node)
         self.input_forget = bool(node.attr("input_forget", 0))
         self.fusable = self.fusable and not self.input_forget
+
+    def exact_loop(self, xp, projected, state, weights, backward, y):
+        """With the default activations, no clip, no peepholes and float32 products of a
+        finite R: ExactLSTM."""
+        recurrence = weights.recurrence
+        if (
+            not weights.exact_defaults
+            or weights.peepholes is not None
+            or not isinstance(recurrence, ExactOperand)
+            or recurrence.values is not None
+        ):
+            return None
+        matrix = weights.loop if weights.loop is not None else lstm_matrix(xp, recurrence)
+        cells = ExactLSTM(xp, matrix, state[0].shape[0])
+        return cells.run(projected, state[0], state[1], backward, y)
+
+    def exact_loop_matrix(self, xp, recurrence):
+        if not self.fusable or self._named(_P) or recurrence.values is not None:
+            return None
+        return lstm_matrix(xp, recurrence)
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights

@@ -1,0 +1,99 @@
+"""Exact mode's fused LSTM loop (backends/exact_recurrent.py) against the step-by-step formulas
+it replaces (LSTMOp.step, with `exact_loop` turned off): the same bits on every output, also
+where gates saturate, states are huge, zero or subnormal, inputs hold inf or NaN, and on the
+flushing checked-device stand-in."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from onemodel.backends import exact_gemm
+from onemodel.graph.operators.recurrent import LSTMOp
+from tests.operator_harness import run_node
+from tests.test_exact_operators import assert_bits, canonical
+
+
+def _case(name: str) -> tuple[list, dict]:
+    """(inputs, attributes) of one LSTM node."""
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    seq, batch, width, hidden, directions = 6, 3, 5, 8, 1
+    attributes: dict = {}
+    scale = 1.0
+    if name == "one_entry":
+        batch, hidden = 1, 16
+    if name == "bidirectional_layout":
+        directions = 2
+        attributes = {"direction": "bidirectional", "layout": 1}
+    if name == "reverse":
+        attributes = {"direction": "reverse"}
+    if name == "saturated":
+        scale = 400.0  # pre-activations beyond ±746 and every tanh at ±1
+    attributes["hidden_size"] = hidden
+    x = rng.standard_normal((seq, batch, width)) * scale
+    if name == "subnormal_states":
+        x *= 1e-40
+    w = rng.standard_normal((directions, 4 * hidden, width))
+    r = rng.standard_normal((directions, 4 * hidden, hidden)) * 0.5
+    b = rng.standard_normal((directions, 8 * hidden))
+    state = (directions, batch, hidden)
+    h0 = rng.standard_normal(state) * (1e-39 if name == "subnormal_states" else 1.0)
+    c0 = rng.standard_normal(state) * (1e30 if name == "saturated" else 1.0)
+    if name == "non_finite":
+        x[2, 0, 1], x[3, 1, 0] = np.inf, np.nan
+        h0[0, 2, 0] = -np.inf
+    if name == "nan_input":  # NaN states from step 3 on: the loop's products decide NaN
+        x[2, 1, 3] = np.nan
+    if name == "zero_states":
+        h0[...], c0[...], b[...] = 0, 0, 0
+    if attributes.get("layout") == 1:
+        x, h0, c0 = x.transpose(1, 0, 2), h0.transpose(1, 0, 2), c0.transpose(1, 0, 2)
+    lengths = np.full(batch, seq, dtype=np.int32)
+    dtype = np.float16 if name == "float16" else np.float32
+    inputs = (
+        [a.astype(dtype) for a in (x, w, r, b)] + [lengths] + [a.astype(dtype) for a in (h0, c0)]
+    )
+    return inputs, attributes
+
+
+CASES = [
+    "plain", "one_entry", "bidirectional_layout", "reverse", "saturated", "subnormal_states",
+    "non_finite", "nan_input", "zero_states", "float16",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["numpy", "checked-device"])
+@pytest.mark.parametrize("name", CASES)
+def test_fused_loop_gives_the_step_by_step_bits(
+    name: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs, attributes = _case(name)
+    fused = run_node("LSTM", inputs, attributes, opset=14, outputs=3, backend=backend, exact=True)
+    monkeypatch.setattr(LSTMOp, "exact_loop", lambda self, *args: None)
+    steps = run_node("LSTM", inputs, attributes, opset=14, outputs=3, backend=backend, exact=True)
+    for index, (got, want) in enumerate(zip(fused, steps, strict=True)):
+        if got.dtype == np.float32:
+            got, want = canonical(got), canonical(want)
+        else:  # NaN payloads are the runtime's to rewrite
+            got, want = got.copy(), want.copy()
+            got[np.isnan(got)] = want[np.isnan(want)] = np.nan
+        assert_bits(got, want, f"{name} output {index}")
+
+
+def test_fsum_exact_path_rounds_to_odd_as_odd_sum() -> None:
+    """NumPy's exact path for a few dot products (math.fsum and the remainder's sign) gives
+    odd_sum's values: cancellation, ties at float32 midpoints, wide ranges, exact zeros."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        k = int(rng.integers(1, 60))
+        a = (rng.standard_normal(k) * np.exp2(rng.integers(-60, 60, k))).astype(np.float32)
+        b = (rng.standard_normal(k) * np.exp2(rng.integers(-60, 60, k))).astype(np.float32)
+        products = a.astype(np.float64) * b.astype(np.float64)
+        cut = int(rng.integers(0, k + 1))
+        tail = [math.ldexp(1.0, -int(rng.integers(0, 90)))]
+        terms = np.concatenate([products, -products[:cut], tail])
+        for row in (terms, terms[:-1], np.zeros(3)):
+            odd = exact_gemm.odd_sum(np, row[None])
+            assert_bits(exact_gemm._fsum_odd(row[None]), odd, "fsum vs odd_sum")
