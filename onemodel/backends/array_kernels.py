@@ -240,6 +240,12 @@ class ArrayKernels(ConvolutionKernels):
             else:
                 out[...] = xp.matmul(a, b)
 
+    def weight_product(self, dtype: Any) -> Callable[[Any, Any, Any], Any] | None:
+        """A call (a, b, out) that gives `matmul_arrays`' bits faster for 2-D a and out
+        (C-contiguous) and a 2-D weight b (C- or F-contiguous, not a's memory), all of type
+        `dtype`; None where the library has none (`matmul_arrays` then)."""
+        return None
+
     def exact_matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
         """matmul_arrays as exact mode defines it: each element the exact Σ_k a·b rounded once
         into out's type (exact_gemm.matmul; float64 operands: the ordered float64 sum). `a` and

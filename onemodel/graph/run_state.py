@@ -19,7 +19,13 @@ from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.backends.numpy_cpu import output_pool
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
-from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
+from onemodel.graph.operators.base import (
+    BoundStep,
+    Constant,
+    InferContext,
+    RunContext,
+    TensorSpec,
+)
 from onemodel.graph.operators.control_flow import IfOp
 from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.graph.plan import ExecutionPlan, StepKind
@@ -46,9 +52,10 @@ class Prepared:
     def __init__(self, plan: ExecutionPlan) -> None:
         ctx = RunContext(plan.graph.kernels, plan.graph.exact)
         self.calls: list[Any] = []
+        self.values: list[Any] = []  # per step, what `prepare_for_plan` returned, or None
         for step in plan.steps:
             operator = step.node.operator
-            call = operator.run
+            call, prepared = operator.run, None
             if isinstance(operator, PreparesConstants) and step.kind is StepKind.STATIC:
                 constants = [None if i == ABSENT else plan.constants[i] for i in step.inputs]
                 specs = [None if i == ABSENT else plan.specs[i] for i in step.inputs]
@@ -56,6 +63,15 @@ class Prepared:
                 if prepared is not None:
                     call = prepared_call(operator, prepared)
             self.calls.append(call)
+            self.values.append(prepared)
+
+
+def bound_call(ctx: RunContext, plan: ExecutionPlan, step: Any, prepared: Any) -> Any:
+    """The step's `Operator.bind` call for a run state of `plan` (fast mode), or None."""
+    ids = step.inputs
+    constants = tuple(None if i == ABSENT else plan.constants[i] for i in ids)
+    specs = tuple(None if i == ABSENT else plan.specs[i] for i in ids)
+    return step.node.operator.bind(ctx, BoundStep(constants, specs, step.specs, prepared))
 
 
 class _Step:
@@ -145,7 +161,8 @@ class RunState:
         allocator = output_pool.output_allocator if pooled else lambda *spec: empty
         self.copy_out = output_pool.copy_out if pooled else _copy
         self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, arena, keeps_scratch=True)
-        calls = (prepared or Prepared(plan)).calls
+        prepared = prepared or Prepared(plan)
+        calls = prepared.calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
         self.steps: list[_Step] = []
         self.releases: list[Any] = []
@@ -154,7 +171,10 @@ class RunState:
                 source = table[step.inputs[step.node.operator.view_of_input]]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
                 continue
-            self.steps.append(_Step(step, calls[index], table, plan.per_run, plan.specs, allocator))
+            call = calls[index]
+            if self.plain and step.kind is StepKind.STATIC:
+                call = bound_call(self.ctx, plan, step, prepared.values[index]) or call
+            self.steps.append(_Step(step, call, table, plan.per_run, plan.specs, allocator))
             self.releases.append(plan.memory.releases[index])
 
     def _view(self, offset: int, spec: TensorSpec) -> Any:

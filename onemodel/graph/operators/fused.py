@@ -20,6 +20,8 @@ from typing import Any
 
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     Constant,
     InferContext,
     NodeInfo,
@@ -136,7 +138,48 @@ class Fused(PreparesConstants):
                 call = prepared_call(member.operator, prepared)  # type: ignore[arg-type]
             links.append((call, member.sources, scratch))
         operands = () if tail is None else tuple(tail.source.operands)
-        return Chain(tuple(links), tail, operands)
+        return Chain(tuple(links), tail, operands, prepared)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """The plan's chain with each member's own bound call (`Operator.bind`) and scratch
+        made once (this run state's), run without the chain's per-run look-ups."""
+        chain = step.prepared
+        if not isinstance(chain, Chain) or chain.tail is not None:
+            return None
+        member_specs = self._member_specs(step.specs)
+        links, previous, bound_any = [], None, False
+        for index, (link, member) in enumerate(zip(chain.links, self.members, strict=False)):
+            call, sources, scratch = link
+            member_step = BoundStep(
+                tuple(member.inputs(step.constants, None)),
+                tuple(member.inputs(step.specs, previous)),
+                (member_specs[index],),
+                chain.prepared if index == 0 else None,
+            )
+            bound = member.operator.bind(ctx, member_step)
+            bound_any = bound_any or bound is not None
+            target = None if scratch is None else ctx.xp.empty(*scratch)
+            links.append((bound or call, sources, target))
+            previous = member_specs[index]
+        if not bound_any:
+            return None
+        links_run = tuple(links)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            out = outputs[0]
+            previous = None
+            for member_call, sources, target in links_run:
+                if target is None:
+                    target = out
+                member_call(
+                    ctx,
+                    [previous if s == PREVIOUS else None if s is None else inputs[s]
+                     for s in sources],
+                    (target,),
+                )  # fmt: skip
+                previous = target
+
+        return call
 
     def _generated_tail(self, ctx: RunContext, dtype: Any) -> Any:
         """The element-wise tail as one generated kernel, on a backend that generates them
@@ -157,6 +200,7 @@ class Chain:
     links: tuple[tuple[Any, tuple[int | None, ...], Any], ...]
     tail: Any
     tail_operands: tuple[int, ...]
+    prepared: Any = None  # what the first member prepared (the first link's call holds it)
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], out: Array) -> None:
         previous = None

@@ -16,6 +16,8 @@ import numpy as np
 from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -105,6 +107,24 @@ class GatherOp(AxisIndexingOperator):
             ctx, indices, data.shape[axis], self.where(data.shape, axis)
         )
         ctx.kernels.take_arrays(data, positions, axis, outputs[0])
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A constant scalar index in range (a state's slot): the slice it picks, copied."""
+        indices = step.constants[1]
+        if indices is None or indices.ndim != 0:
+            return None
+        shape = step.specs[0].shape
+        axis = self.data_axis(len(shape))
+        position, extent = int(indices), shape[axis]
+        if not -extent <= position < extent:
+            return None  # `run` says why
+        where = (slice(None),) * axis + (position % extent,)
+        copyto = ctx.xp.copyto
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            copyto(outputs[0], inputs[0][where])
+
+        return call
 
 
 class ElementwiseIndexingOperator(AxisIndexingOperator):
