@@ -15,6 +15,7 @@ compile every module again.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import statistics
@@ -28,7 +29,7 @@ from onnx import TensorProto, helper
 
 import onemodel
 from onemodel.backends.fp_errors import run_scope
-from onemodel.graph.operators.base import RunContext
+from onemodel.graph.run_state import RunState
 
 MLP = "tests/models/mlp.onnx"
 F = TensorProto.FLOAT
@@ -97,16 +98,18 @@ def _chain(op: str, count: int) -> bytes:
 
 def run_costs() -> None:
     """Fixed cost: a one-Add model's run less the Add's own call; per step: what each of 20
-    more Adds adds, less the Add's call (level 0, so that the chain is not fused)."""
+    more Adds adds, less the Add's call (level 0, so that the chain is not fused). The Add's
+    call is the one a run state makes: its bound call (Operator.bind) where it has one."""
     unfused = onemodel.SessionOptions(intra_op_threads=1, optimization_level=0)
     one = onemodel.Session.load(_chain("Add", 1), unfused)
     many = onemodel.Session.load(_chain("Add", 21), unfused)
     feeds = {"v0": np.ones((1, 4), np.float32)}
     one.run(None, feeds)
     (plan,) = one.plans()
-    operator, w = plan.steps[0].node.operator, plan.constants[plan.steps[0].inputs[1]]
+    state = RunState(plan)
+    call, w = state.steps[0].call, plan.constants[plan.steps[0].inputs[1]]
     out = np.empty((1, 4), np.float32)
-    context = RunContext(one.kernels, False)
+    context = state.ctx
     x = feeds["v0"]
     ort_one, ort_many = _onnxruntime(_chain("Add", 1)), _onnxruntime(_chain("Add", 21))
     least = _least_us(
@@ -120,7 +123,7 @@ def run_costs() -> None:
         batches=31,
     )
     with run_scope():  # as in a run: NumPy's error state set once
-        least |= _least_us({"Add call": lambda: operator.run(context, [x, w], [out])}, 500, 31)
+        least |= _least_us({"Add call": functools.partial(call, context, (x, w), [out])}, 500, 31)
     per_step = (least["run 21"] - least["run 1"]) / 20
     print({name: round(value, 2) for name, value in least.items()})
     print(

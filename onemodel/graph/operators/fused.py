@@ -159,7 +159,7 @@ class Fused(PreparesConstants):
             bound = member.operator.bind(ctx, member_step)
             bound_any = bound_any or bound is not None
             target = None if scratch is None else ctx.xp.empty(*scratch)
-            links.append((bound or call, sources, target))
+            links.append((bound or call, *_arguments(sources, len(step.specs)), target))
             previous = member_specs[index]
         if not bound_any:
             return None
@@ -168,15 +168,19 @@ class Fused(PreparesConstants):
         def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
             out = outputs[0]
             previous = None
-            for member_call, sources, target in links_run:
+            for member_call, form, k, sources, target in links_run:
                 if target is None:
                     target = out
-                member_call(
-                    ctx,
-                    [previous if s == PREVIOUS else None if s is None else inputs[s]
-                     for s in sources],
-                    (target,),
-                )  # fmt: skip
+                if form is _PREVIOUS_AND_INPUT:
+                    arguments = (previous, inputs[k])
+                elif form is _PREVIOUS:
+                    arguments = (previous,)
+                elif form is _INPUTS:
+                    arguments = inputs
+                else:
+                    arguments = [previous if s == PREVIOUS else None if s is None else inputs[s]
+                                 for s in sources]  # fmt: skip
+                member_call(ctx, arguments, (target,))
                 previous = target
 
         return call
@@ -215,6 +219,22 @@ class Chain:
         if self.tail is not None:
             operands = [inputs[i] for i in self.tail_operands]
             ctx.kernels.run_elementwise_chain(self.tail.source, previous, operands, out)
+
+
+# How a bound chain forms a member's inputs (`_arguments`).
+_INPUTS, _PREVIOUS, _PREVIOUS_AND_INPUT, _GENERAL = "inputs", "previous", "previous+input", "any"
+
+
+def _arguments(sources: tuple[int | None, ...], count: int) -> tuple[str, int, tuple]:
+    """(form, input index, sources): the fused step's `count` inputs as they are, the previous
+    result alone, the previous result and input k, or any other mix (built from `sources`)."""
+    if sources == tuple(range(count)):
+        return _INPUTS, 0, sources
+    if sources == (PREVIOUS,):
+        return _PREVIOUS, 0, sources
+    if len(sources) == 2 and sources[0] == PREVIOUS and sources[1] is not None:
+        return _PREVIOUS_AND_INPUT, sources[1], sources
+    return _GENERAL, 0, sources
 
 
 def _signature(specs: Sequence[TensorSpec | None]) -> tuple:
