@@ -25,21 +25,22 @@ def _sessions(model: bytes | str) -> tuple[onemodel.Session, onemodel.Session]:
     return fast, unbound
 
 
+def _is_bound(call: object) -> bool:
+    """Whether a run state's call for a step was made by an operator's `bind`."""
+    name = getattr(call, "__qualname__", "")
+    return "bind" in name and name.endswith("<locals>.call")
+
+
 def _bound_count(session: onemodel.Session) -> int:
     """Steps of the session's plans (and of the If branches they enter) whose call is bound."""
     count = 0
     for plan in session.plans():
-        state = RunState(plan)
-        for step in state.steps:
-            operator = step.node.operator
-            count += getattr(step.call, "__qualname__", "").endswith("bind.<locals>.call")
+        for step in RunState(plan).steps:
+            count += _is_bound(step.call)
             for name in ("then_branch", "else_branch"):
-                branch = getattr(operator, name, None)
+                branch = getattr(step.node.operator, name, None)
                 for body_plan in branch.plans() if branch is not None else ():
-                    count += sum(
-                        getattr(s.call, "__qualname__", "").endswith("bind.<locals>.call")
-                        for s in RunState(body_plan).steps
-                    )
+                    count += sum(_is_bound(s.call) for s in RunState(body_plan).steps)
     return count
 
 
@@ -157,7 +158,7 @@ def test_a_constant_gather_index_out_of_range_still_fails_by_name() -> None:
 def test_the_weight_product_gives_matmuls_bits(dtype: type) -> None:
     """NumpyKernels.weight_product (np.dot) against np.matmul, C- and F-ordered weights."""
     kernels = onemodel.Session.load(f"{MODELS}/mlp.onnx").kernels
-    product = kernels.weight_product(np.dtype(dtype))
+    product = kernels.weight_product(np.dtype(dtype), 2)
     assert product is not None
     rng = np.random.default_rng(7)
     for m in (1, 2, 3, 7, 14, 64):
@@ -168,5 +169,29 @@ def test_the_weight_product_gives_matmuls_bits(dtype: type) -> None:
                 for b in (w, np.asfortranarray(w)):
                     expected = np.matmul(a, b)
                     out = np.empty((m, n), dtype)
-                    product(a, b, out)
+                    product(a, b, out=out)
                     assert out.tobytes() == expected.tobytes(), (m, k, n, b.flags.f_contiguous)
+
+
+def _embedding() -> bytes:
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed", axis=0)],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+        [helper.make_tensor_value_info("rows", F, [2, 3, 4])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_bound_gather_of_run_time_indices_wraps_negatives_and_refuses_by_name() -> None:
+    fast, unbound = _sessions(_embedding())
+    ids = np.array([[0, -1, 3], [-10, 9, 2]], np.int64)
+    _assert_same_bits(fast, unbound, {"ids": ids})
+    assert _bound_count(fast) == 1
+    for bad in (10, -11):
+        with pytest.raises(SessionError) as raised:
+            fast.run(None, {"ids": np.array([[0, bad, 1], [2, 3, 4]], np.int64)})
+        assert raised.value.kind is ErrorKind.INVALID_INPUT
+        assert "embed" in str(raised.value) and str(bad) in str(raised.value)

@@ -39,6 +39,8 @@ class NumpyKernels(ArrayKernels):
     and BLAS thread counts (OpenBLAS picks other GEMM kernels when threaded); exact mode is
     the one whose bits do not."""
 
+    take_checks_bounds = True
+
     def __init__(self) -> None:
         super().__init__(HOST, name="numpy")
 
@@ -156,10 +158,14 @@ class NumpyKernels(ArrayKernels):
             return
         super().conv_arrays(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
 
-    def weight_product(self, dtype: Any) -> Callable[[Any, Any, Any], Any] | None:
-        """np.dot for float32 and float64: the BLAS call np.matmul makes for such operands
-        (the same bits, tests/test_bound_steps.py), without the ufunc machinery's 0.8 µs."""
-        return np.dot if dtype in _BLAS_TYPES else None
+    def weight_product(self, dtype: Any, rank: int) -> Callable[..., Any] | None:
+        """Matrices of float32 or float64: np.dot, the BLAS call np.matmul makes for them (the
+        same bits, tests/test_bound_steps.py) without the ufunc machinery's 0.8 µs. A batch
+        of them: np.matmul itself, which `matmul_arrays` calls for one type of 4 bytes or more
+        (np.dot on the flattened batch would sum in another order)."""
+        if dtype not in _BLAS_TYPES:
+            return np.matmul if rank > 2 and dtype.itemsize >= 4 else None
+        return np.dot if rank == 2 else np.matmul
 
     def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
         """Blocked for the cache (numpy_cpu/movement.py)."""

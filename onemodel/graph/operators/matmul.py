@@ -161,8 +161,9 @@ class MatMulOp(MatrixProduct):
         )
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
-        """Two matrices, the second a weight: the backend's `weight_product` on it."""
-        if len(step.specs[0].shape) != 2:
+        """A matrix or a batch of them times a weight matrix: the backend's `weight_product`
+        (for a batch, `run_prepared` reshapes nothing: out has the product's shape)."""
+        if len(step.specs[0].shape) < 2:
             return None
         return weight_call(ctx, step, step.constants[1])
 
@@ -278,8 +279,8 @@ class GemmOp(MatrixProduct):
 
 
 def weight_call(ctx: RunContext, step: BoundStep, weight: Array | None) -> BoundCall | None:
-    """out = a @ weight by the backend's `weight_product`, for a 2-D a known only in the run
-    and a 2-D constant weight of out's type; None where that does not apply."""
+    """out = a @ weight by the backend's `weight_product`, for an a of rank 2 or more known
+    only in the run and a 2-D constant weight of out's type; None where that does not apply."""
     if weight is None or step.constants[0] is not None or weight.ndim != 2:
         return None
     dtype = step.outputs[0].numpy_dtype
@@ -287,12 +288,12 @@ def weight_call(ctx: RunContext, step: BoundStep, weight: Array | None) -> Bound
         return None
     if not (weight.flags.c_contiguous or weight.flags.f_contiguous):
         return None
-    product = ctx.kernels.weight_product(dtype)
+    product = ctx.kernels.weight_product(dtype, len(step.specs[0].shape))
     if product is None:
         return None
 
     def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        product(inputs[0], weight, outputs[0])
+        product(inputs[0], weight, out=outputs[0])
 
     return call
 
