@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from onemodel.graph.operators.base import (
@@ -173,10 +174,14 @@ class Fused(PreparesConstants):
                     target = out
                 if form is _PREVIOUS_AND_INPUT:
                     arguments = (previous, inputs[k])
+                elif form is _INPUT_AND_PREVIOUS:
+                    arguments = (inputs[k], previous)
                 elif form is _PREVIOUS:
                     arguments = (previous,)
                 elif form is _INPUTS:
                     arguments = inputs
+                elif form is _PICKED:
+                    arguments = k(inputs)
                 else:
                     arguments = [previous if s == PREVIOUS else None if s is None else inputs[s]
                                  for s in sources]  # fmt: skip
@@ -222,19 +227,24 @@ class Chain:
 
 
 # How a bound chain forms a member's inputs (`_arguments`).
-_INPUTS, _PREVIOUS, _PREVIOUS_AND_INPUT, _GENERAL = "inputs", "previous", "previous+input", "any"
+_INPUTS, _PICKED, _PREVIOUS = "inputs", "picked", "previous"
+_PREVIOUS_AND_INPUT, _INPUT_AND_PREVIOUS, _GENERAL = "previous+input", "input+previous", "any"
 
 
-def _arguments(sources: tuple[int | None, ...], count: int) -> tuple[str, int, tuple]:
-    """(form, input index, sources): the fused step's `count` inputs as they are, the previous
-    result alone, the previous result and input k, or any other mix (built from `sources`)."""
+def _arguments(sources: tuple[int | None, ...], count: int) -> tuple[str, Any, tuple]:
+    """(form, what it needs, sources): the fused step's `count` inputs as they are, two or
+    more of them (picked by an itemgetter), the previous result alone, the previous result
+    and input k or input k and the previous result, or any other mix (built from `sources`)."""
     if sources == tuple(range(count)):
-        return _INPUTS, 0, sources
+        return _INPUTS, None, sources
+    if len(sources) >= 2 and all(s is not None and s >= 0 for s in sources):
+        return _PICKED, itemgetter(*sources), sources
     if sources == (PREVIOUS,):
-        return _PREVIOUS, 0, sources
-    if len(sources) == 2 and sources[0] == PREVIOUS and sources[1] is not None:
-        return _PREVIOUS_AND_INPUT, sources[1], sources
-    return _GENERAL, 0, sources
+        return _PREVIOUS, None, sources
+    if len(sources) == 2 and PREVIOUS in sources and None not in sources:
+        first = sources[0] == PREVIOUS
+        return (_PREVIOUS_AND_INPUT if first else _INPUT_AND_PREVIOUS), sources[first], sources
+    return _GENERAL, None, sources
 
 
 def _signature(specs: Sequence[TensorSpec | None]) -> tuple:
