@@ -4,11 +4,13 @@
     python tools/overhead_bench.py run         # Session.run's fixed cost and the cost per step
     python tools/overhead_bench.py body        # entering an If body, a Loop iteration
     python tools/overhead_bench.py vad         # the streaming bench model, 1,000 carried runs
+    python tools/overhead_bench.py models      # the small test models mlp, cnn, transformer
     python tools/overhead_bench.py big NAME    # add_chain_100k / add_tree_100k: create + first run
 
 Times are per-thread CPU time (`time.thread_time`) except `cold` and `big` (wall clock, and
-`cold` also the processes' CPU time); each figure is a median (`cold`, `vad`, `big`) or the
-least of many batches (`run`, `body`: the least disturbed by other load), runs taken in turn.
+`cold` also the processes' CPU time); each figure is a median (`cold`, `vad`, `models`, `big`)
+or the least of many batches (`run`, `body`: the least disturbed by other load), runs taken in
+turn.
 `cold` runs its processes without PYTHONDONTWRITEBYTECODE, which would make every start
 compile every module again.
 """
@@ -226,6 +228,29 @@ def vad(rounds: int | str = 7, runs: int = 1000) -> None:
           f"ratio {mine / theirs:.2f}")  # fmt: skip
 
 
+def models(*names: str, rounds: int = 9, runs: int = 200) -> None:
+    """Per run of each bench-set test model (tests/models, its inputs file), taken in turn."""
+    for name in names or ("mlp", "cnn", "transformer"):
+        path = f"tests/models/{name}.onnx"
+        stored = np.load(f"tests/models/{name}.inputs.npz")
+        feeds = {k: v for k, v in stored.items() if not k.startswith("output:")}
+        sessions = {
+            "onemodel": onemodel.Session.load(path, ONE_THREAD),
+            "onnxruntime": _onnxruntime(path),
+        }
+        per_run: dict[str, list[float]] = {engine: [] for engine in sessions}
+        for _ in range(rounds):
+            for engine, session in sessions.items():
+                session.run(None, feeds)
+                started = time.thread_time()
+                for _ in range(runs):
+                    session.run(None, feeds)
+                per_run[engine].append((time.thread_time() - started) / runs * 1e3)
+        mine, theirs = (statistics.median(per_run[n]) for n in sessions)
+        print(f"{name} per run: onemodel {mine:.4f} ms, onnxruntime {theirs:.4f} ms, "
+              f"ratio {mine / theirs:.2f}")  # fmt: skip
+
+
 def big(name: str, repeats: int | str = 2) -> None:
     from onemodel.bench_graphs import GENERATED, ensure
 
@@ -248,4 +273,5 @@ def big(name: str, repeats: int | str = 2) -> None:
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:] or ["run"]
-    {"cold": cold, "run": run_costs, "body": body, "vad": vad, "big": big}[command](*arguments)
+    commands = {"cold": cold, "run": run_costs, "body": body, "vad": vad, "models": models}
+    (commands | {"big": big})[command](*arguments)
