@@ -4,17 +4,20 @@
     python tools/overhead_bench.py run         # Session.run's fixed cost and the cost per step
     python tools/overhead_bench.py body        # entering an If body, a Loop and a Scan iteration
     python tools/overhead_bench.py vad         # the streaming bench model, 1,000 carried runs
+    python tools/overhead_bench.py models      # the small test models mlp, cnn, transformer
     python tools/overhead_bench.py big NAME    # add_chain_100k / add_tree_100k: create + first run
 
 Times are per-thread CPU time (`time.thread_time`) except `cold` and `big` (wall clock, and
-`cold` also the processes' CPU time); each figure is a median (`cold`, `vad`, `big`) or the
-least of many batches (`run`, `body`: the least disturbed by other load), runs taken in turn.
+`cold` also the processes' CPU time); each figure is a median (`cold`, `vad`, `models`, `big`)
+or the least of many batches (`run`, `body`: the least disturbed by other load), runs taken in
+turn.
 `cold` runs its processes without PYTHONDONTWRITEBYTECODE, which would make every start
 compile every module again.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import statistics
@@ -29,7 +32,7 @@ from onnx import TensorProto, helper
 
 import onemodel
 from onemodel.backends.fp_errors import run_scope
-from onemodel.graph.operators.base import RunContext
+from onemodel.graph.run_state import RunState
 
 MLP = "tests/models/mlp.onnx"
 F = TensorProto.FLOAT
@@ -98,16 +101,18 @@ def _chain(op: str, count: int) -> bytes:
 
 def run_costs() -> None:
     """Fixed cost: a one-Add model's run less the Add's own call; per step: what each of 20
-    more Adds adds, less the Add's call (level 0, so that the chain is not fused)."""
+    more Adds adds, less the Add's call (level 0, so that the chain is not fused). The Add's
+    call is the one a run state makes: its bound call (Operator.bind) where it has one."""
     unfused = onemodel.SessionOptions(intra_op_threads=1, optimization_level=0)
     one = onemodel.Session.load(_chain("Add", 1), unfused)
     many = onemodel.Session.load(_chain("Add", 21), unfused)
     feeds = {"v0": np.ones((1, 4), np.float32)}
     one.run(None, feeds)
     (plan,) = one.plans()
-    operator, w = plan.steps[0].node.operator, plan.constants[plan.steps[0].inputs[1]]
+    state = RunState(plan)
+    call, w = state.steps[0].call, plan.constants[plan.steps[0].inputs[1]]
     out = np.empty((1, 4), np.float32)
-    context = RunContext(one.kernels, False)
+    context = state.ctx
     x = feeds["v0"]
     ort_one, ort_many = _onnxruntime(_chain("Add", 1)), _onnxruntime(_chain("Add", 21))
     least = _least_us(
@@ -121,7 +126,7 @@ def run_costs() -> None:
         batches=31,
     )
     with run_scope():  # as in a run: NumPy's error state set once
-        least |= _least_us({"Add call": lambda: operator.run(context, [x, w], [out])}, 500, 31)
+        least |= _least_us({"Add call": functools.partial(call, context, (x, w), [out])}, 500, 31)
     per_step = (least["run 21"] - least["run 1"]) / 20
     print({name: round(value, 2) for name, value in least.items()})
     print(
@@ -282,6 +287,29 @@ def vad(rounds: int | str = 7, runs: int = 1000) -> None:
           f"ratio {mine / theirs:.2f}")  # fmt: skip
 
 
+def models(*names: str, rounds: int = 9, runs: int = 200) -> None:
+    """Per run of each bench-set test model (tests/models, its inputs file), taken in turn."""
+    for name in names or ("mlp", "cnn", "transformer"):
+        path = f"tests/models/{name}.onnx"
+        stored = np.load(f"tests/models/{name}.inputs.npz")
+        feeds = {k: v for k, v in stored.items() if not k.startswith("output:")}
+        sessions = {
+            "onemodel": onemodel.Session.load(path, ONE_THREAD),
+            "onnxruntime": _onnxruntime(path),
+        }
+        per_run: dict[str, list[float]] = {engine: [] for engine in sessions}
+        for _ in range(rounds):
+            for engine, session in sessions.items():
+                session.run(None, feeds)
+                started = time.thread_time()
+                for _ in range(runs):
+                    session.run(None, feeds)
+                per_run[engine].append((time.thread_time() - started) / runs * 1e3)
+        mine, theirs = (statistics.median(per_run[n]) for n in sessions)
+        print(f"{name} per run: onemodel {mine:.4f} ms, onnxruntime {theirs:.4f} ms, "
+              f"ratio {mine / theirs:.2f}")  # fmt: skip
+
+
 def big(name: str, repeats: int | str = 2) -> None:
     from onemodel.bench_graphs import GENERATED, ensure
 
@@ -304,4 +332,5 @@ def big(name: str, repeats: int | str = 2) -> None:
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:] or ["run"]
-    {"cold": cold, "run": run_costs, "body": body, "vad": vad, "big": big}[command](*arguments)
+    commands = {"cold": cold, "run": run_costs, "body": body, "vad": vad, "models": models}
+    (commands | {"big": big})[command](*arguments)

@@ -46,6 +46,9 @@ class ArrayKernels(ConvolutionKernels):
 
     supports_exact = False
     flushes_subnormals = False
+    # Whether `array.take(indices, axis=axis, out=out)` wraps negative indices and refuses any
+    # out of range with IndexError before writing out (NumPy's mode "raise").
+    take_checks_bounds = False
 
     def __init__(self, memory: Memory, name: str | None = None) -> None:
         self.memory = memory
@@ -239,6 +242,12 @@ class ArrayKernels(ConvolutionKernels):
                 xp.matmul(a, b, out=out)
             else:
                 out[...] = xp.matmul(a, b)
+
+    def weight_product(self, dtype: Any, rank: int) -> Callable[..., Any] | None:
+        """A call (a, b, out=out) that gives `matmul_arrays`' bits faster for a and out of rank
+        `rank` (C-contiguous) and a 2-D weight b (C- or F-contiguous, not a's memory), all of
+        type `dtype`; None where the library has none (`matmul_arrays` then)."""
+        return None
 
     def exact_matmul_arrays(self, a: Any, b: Any, out: Any) -> None:
         """matmul_arrays as exact mode defines it: each element the exact Σ_k a·b rounded once

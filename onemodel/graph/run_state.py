@@ -13,13 +13,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.backends.numpy_cpu import output_pool
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
-from onemodel.graph.operators.base import Constant, InferContext, RunContext, TensorSpec
+from onemodel.graph.operators.base import (
+    BoundStep,
+    Constant,
+    InferContext,
+    RunContext,
+    TensorSpec,
+)
 from onemodel.graph.operators.control_flow import IfOp
 from onemodel.graph.operators.prepared import PreparesConstants, prepared_call
 from onemodel.graph.plan import ExecutionPlan, StepKind
@@ -47,9 +54,10 @@ class Prepared:
     def __init__(self, plan: ExecutionPlan) -> None:
         ctx = RunContext(plan.graph.kernels, plan.graph.exact)
         self.calls: list[Any] = []
+        self.values: list[Any] = []  # per step, what `prepare_for_plan` returned, or None
         for step in plan.steps:
             operator = step.node.operator
-            call = operator.run
+            call, prepared = operator.run, None
             if isinstance(operator, PreparesConstants) and step.kind is StepKind.STATIC:
                 constants = [None if i == ABSENT else plan.constants[i] for i in step.inputs]
                 specs = [None if i == ABSENT else plan.specs[i] for i in step.inputs]
@@ -57,14 +65,23 @@ class Prepared:
                 if prepared is not None:
                     call = prepared_call(operator, prepared)
             self.calls.append(call)
+            self.values.append(prepared)
+
+
+def bound_call(ctx: RunContext, plan: ExecutionPlan, step: Any, prepared: Any) -> Any:
+    """The step's `Operator.bind` call for a run state of `plan` (fast mode), or None."""
+    ids = step.inputs
+    constants = tuple(None if i == ABSENT else plan.constants[i] for i in ids)
+    specs = tuple(None if i == ABSENT else plan.specs[i] for i in ids)
+    return step.node.operator.bind(ctx, BoundStep(constants, specs, step.specs, prepared))
 
 
 class _Step:
     """One step of a run with everything that does not change between runs looked up."""
 
     __slots__ = (
-        "call", "fixed_outs", "fresh", "inputs", "kind", "label", "name", "node", "outputs",
-        "owned", "specs", "view_of",
+        "call", "fixed_outs", "fresh", "gather", "inputs", "kind", "label", "name", "node",
+        "outputs", "owned", "specs", "view_of",
     )  # fmt: skip
 
     def __init__(
@@ -80,6 +97,7 @@ class _Step:
         self.node = step.node
         self.call = call
         self.inputs = step.inputs  # ABSENT (−1) reads the table's last slot, which is None
+        self.gather = gatherer(step.inputs, len(table))
         self.outputs = step.outputs
         self.specs = step.specs
         self.view_of = step.node.operator.view_of_input
@@ -109,6 +127,19 @@ class _Step:
                 else None
                 for v, spec in zip(step.outputs, step.specs, strict=True)
             ]
+
+
+def gatherer(ids: Sequence[int], size: int) -> Any:
+    """A C-level call that picks a step's inputs from a value table of `size` slots (ABSENT,
+    −1, the last): a tuple of them, or a one-element list (itemgetter of one index would give
+    the value itself). A third of the cost of a list comprehension, which in Python 3.11 is
+    a call of its own."""
+    if len(ids) == 1:
+        first = ids[0] % size
+        return itemgetter(slice(first, first + 1))
+    if not ids:
+        return itemgetter(slice(0, 0))
+    return itemgetter(*ids)
 
 
 class RunState:
@@ -147,7 +178,8 @@ class RunState:
         allocator = output_pool.output_allocator if pooled else lambda *spec: empty
         self.copy_out = output_pool.copy_out if pooled else _copy
         self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, arena, keeps_scratch=True)
-        calls = (prepared or Prepared(plan)).calls
+        prepared = prepared or Prepared(plan)
+        calls = prepared.calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
         self.steps: list[_Step] = []
         self.releases: list[Any] = []
@@ -156,7 +188,10 @@ class RunState:
                 source = table[step.inputs[step.node.operator.view_of_input]]
                 table[step.outputs[0]] = source.reshape(step.specs[0].shape)
                 continue
-            self.steps.append(_Step(step, calls[index], table, plan.per_run, plan.specs, allocator))
+            call = calls[index]
+            if self.plain and step.kind is StepKind.STATIC:
+                call = bound_call(self.ctx, plan, step, prepared.values[index]) or call
+            self.steps.append(_Step(step, call, table, plan.per_run, plan.specs, allocator))
             self.releases.append(plan.memory.releases[index])
 
     def _view(self, offset: int, spec: TensorSpec) -> Any:
@@ -277,12 +312,12 @@ class RunState:
             for step in self.steps:
                 outs = step.fixed_outs
                 if outs is not None:
-                    step.call(ctx, [table[i] for i in step.inputs], outs)
+                    step.call(ctx, step.gather(table), outs)
                 elif step.fresh is not None:  # a static step writing a graph output
-                    ins = [table[i] for i in step.inputs]
+                    ins = step.gather(table)
                     step.call(ctx, ins, self._fresh_outputs(step, table, given))
                 elif step.owned:
-                    results = step.call(ctx, [table[i] for i in step.inputs], None)
+                    results = step.call(ctx, step.gather(table), None)
                     for value_id, result in zip(step.outputs, results, strict=False):
                         table[value_id] = result
                 else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from onemodel.backends.numpy_cpu.winograd import WinogradFilter, winograd_conv, 
 from onemodel.tensors import HOST
 
 _DEPTHWISE_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_BLAS_TYPES = _DEPTHWISE_TYPES
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class NumpyKernels(ArrayKernels):
     """Whatever NumPy does fastest (BLAS matmul, SIMD ufuncs). Bits may vary across machines
     and BLAS thread counts (OpenBLAS picks other GEMM kernels when threaded); exact mode is
     the one whose bits do not."""
+
+    take_checks_bounds = True
 
     def __init__(self) -> None:
         super().__init__(HOST, name="numpy")
@@ -154,6 +157,15 @@ class NumpyKernels(ArrayKernels):
             depthwise_conv(x, taps, out, strides, pads, dilations, w.shape[2:], allocate, bias)
             return
         super().conv_arrays(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
+
+    def weight_product(self, dtype: Any, rank: int) -> Callable[..., Any] | None:
+        """Matrices of float32 or float64: np.dot, the BLAS call np.matmul makes for them (the
+        same bits, tests/test_bound_steps.py) without the ufunc machinery's 0.8 µs. A batch
+        of them: np.matmul itself, which `matmul_arrays` calls for one type of 4 bytes or more
+        (np.dot on the flattened batch would sum in another order)."""
+        if dtype not in _BLAS_TYPES:
+            return np.matmul if rank > 2 and dtype.itemsize >= 4 else None
+        return np.dot if rank == 2 else np.matmul
 
     def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
         """Blocked for the cache (numpy_cpu/movement.py)."""

@@ -8,6 +8,7 @@ type. PRelu takes a second input and Clip optional bound inputs; both keep the i
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from onemodel.backends import activations as kernels
@@ -15,6 +16,7 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.backends.lazy_module import LazyModule
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
     InferContext,
     NodeInfo,
     OpDef,
@@ -25,6 +27,7 @@ from onemodel.graph.operators.base import (
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
 from onemodel.graph.operators.unary import (
+    FLOAT32,
     FLOATS,
     NUMERIC,
     SIGNED,
@@ -52,6 +55,19 @@ class Relu(ElementwiseUnary):
         zero = x.dtype.type(0)
         xp.maximum(x, zero, out=out)
         xp.add(out, zero, out=out)
+
+    def bind_small(self, xp: Any, shape: tuple[int, ...]) -> BoundCall:
+        """Where `kernels.relu` is one maximum, that maximum with its zero operand made once
+        (the same values for any x; `zero_operand` declines only where it would be slower)."""
+        zeros = kernels.relu_operand(xp, shape, FLOAT32)
+        if zeros is None:
+            return super().bind_small(xp, shape)
+        maximum = xp.maximum
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            maximum(inputs[0], zeros, out=outputs[0])
+
+        return call
 
 
 class Tanh(Ufunc):

@@ -12,6 +12,10 @@ attributes fixed and nothing else, and is shared by every plan and every concurr
   output arrays (`outputs`), which `run` must fill (write with `out=` or `[...] =`); `run`
   returns nothing.
   An operator with `outputs_data_dependent` gets `outputs=None` and returns new arrays.
+- `bind` (optional) settles once per run state what `run` decides in every run, for a static
+  step of a fast-mode plan whose input and output specs it is given (`BoundStep`): it returns
+  a call taking `run`'s arguments, or None for `run` itself. The call runs only inside a run
+  (NumPy's errors ignored already) and must give `run`'s bits.
 - Flags: `supports_exact`, `in_place_input` (output 0 may take that input's memory: `run`
   must then be correct when they are the same array), `view_of_input` (output 0 is that input
   reshaped as `infer` said; `run` is never called), `outputs_data_dependent`, and
@@ -279,6 +283,22 @@ class RunContext:
             self.guard.charge(nbytes, node, what)
 
 
+# A bound call (`Operator.bind`): `run`'s arguments, (ctx, inputs, outputs).
+BoundCall = Callable[["RunContext", Sequence[Array | None], Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundStep:
+    """What `Operator.bind` is told of one static step of a fast-mode plan: per input its
+    plan-time constant (None: known only in the run) and spec (None: absent), the output specs,
+    and what `PreparesConstants.prepare_for_plan` returned for it (None otherwise)."""
+
+    constants: tuple[Array | None, ...]
+    specs: tuple[TensorSpec | None, ...]
+    outputs: tuple[TensorSpec, ...]
+    prepared: Any = None
+
+
 class Operator:
     """Base of every operator class; subclasses set the flags and implement infer/run."""
 
@@ -302,6 +322,12 @@ class Operator:
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> Any:
         raise NotImplementedError
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A call for `step` that skips the decisions `run` makes in every run (see the module
+        docstring); `ctx` is the run state's, in fast mode. Work arrays it makes here (xp.empty)
+        belong to that run state alone. None: `run` is called."""
+        return None
 
     def check_types(self, ctx: InferContext, allowed: frozenset[int], *indices: int) -> None:
         """Refuse input element types the operator does not define, naming the value.

@@ -12,6 +12,7 @@ memory (`in_place_input = 0`) even when input 1 broadcasts or is the same array.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -22,6 +23,8 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -143,6 +146,19 @@ class BinaryUfunc(ElementwiseBinary):
                 getattr(ctx.xp, self.ufunc)(inputs[0], inputs[1], out=out)
             return
         super().run(ctx, inputs, outputs)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A small output: the ufunc itself, straight into out (as `run` calls it)."""
+        if not self.plain or math.prod(step.outputs[0].shape) > ROW_BUFFER_ABOVE:
+            return None
+        if type(self).run is not BinaryUfunc.run:  # a subclass decides more per run
+            return None
+        ufunc = getattr(ctx.xp, self.ufunc)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            ufunc(inputs[0], inputs[1], out=outputs[0])
+
+        return call
 
     def compute(self, xp: Any, a: Array, b: Array, out: Array) -> None:
         ufunc_into(xp, getattr(xp, self.ufunc), a, b, out=out)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axis
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -52,6 +55,16 @@ class ConcatOp(Operator):
         out = outputs[0]
         axis = normalize_axis(self.node, self.axis, out.ndim)
         ctx.xp.concatenate(list(inputs), axis=axis, out=out)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall:
+        """The axis worked out once."""
+        axis = normalize_axis(self.node, self.axis, len(step.outputs[0].shape))
+        concatenate = ctx.xp.concatenate
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            concatenate(inputs, axis=axis, out=outputs[0])
+
+        return call
 
 
 class SplitOp(Operator):
@@ -119,6 +132,23 @@ class SplitOp(Operator):
             stop = start + out.shape[axis]
             ctx.xp.copyto(out, data[(slice(None),) * axis + (slice(start, stop),)])
             start = stop
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall:
+        """Each part's slice of the data worked out once."""
+        axis = normalize_axis(self.node, self.axis, len(step.specs[0].shape))
+        parts, start = [], 0
+        for spec in step.outputs:
+            stop = start + spec.shape[axis]
+            parts.append((slice(None),) * axis + (slice(start, stop),))
+            start = stop
+        copyto = ctx.xp.copyto
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            data = inputs[0]
+            for out, part in zip(outputs, parts, strict=True):
+                copyto(out, data[part])
+
+        return call
 
 
 DEFS: tuple[OpDef, ...] = (

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     Constant,
     InferContext,
     NodeInfo,
@@ -136,7 +139,56 @@ class Fused(PreparesConstants):
                 call = prepared_call(member.operator, prepared)  # type: ignore[arg-type]
             links.append((call, member.sources, scratch))
         operands = () if tail is None else tuple(tail.source.operands)
-        return Chain(tuple(links), tail, operands)
+        return Chain(tuple(links), tail, operands, prepared)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """The plan's chain with each member's own bound call (`Operator.bind`) and scratch
+        made once (this run state's), run without the chain's per-run look-ups."""
+        chain = step.prepared
+        if not isinstance(chain, Chain) or chain.tail is not None:
+            return None
+        member_specs = self._member_specs(step.specs)
+        links, previous, bound_any = [], None, False
+        for index, (link, member) in enumerate(zip(chain.links, self.members, strict=False)):
+            call, sources, scratch = link
+            member_step = BoundStep(
+                tuple(member.inputs(step.constants, None)),
+                tuple(member.inputs(step.specs, previous)),
+                (member_specs[index],),
+                chain.prepared if index == 0 else None,
+            )
+            bound = member.operator.bind(ctx, member_step)
+            bound_any = bound_any or bound is not None
+            target = None if scratch is None else ctx.xp.empty(*scratch)
+            links.append((bound or call, *_arguments(sources, len(step.specs)), target))
+            previous = member_specs[index]
+        if not bound_any:
+            return None
+        links_run = tuple(links)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            out = outputs[0]
+            previous = None
+            for member_call, form, k, sources, target in links_run:
+                if target is None:
+                    target = out
+                if form is _PREVIOUS_AND_INPUT:
+                    arguments = (previous, inputs[k])
+                elif form is _INPUT_AND_PREVIOUS:
+                    arguments = (inputs[k], previous)
+                elif form is _PREVIOUS:
+                    arguments = (previous,)
+                elif form is _INPUTS:
+                    arguments = inputs
+                elif form is _PICKED:
+                    arguments = k(inputs)
+                else:
+                    arguments = [previous if s == PREVIOUS else None if s is None else inputs[s]
+                                 for s in sources]  # fmt: skip
+                member_call(ctx, arguments, (target,))
+                previous = target
+
+        return call
 
     def _generated_tail(self, ctx: RunContext, dtype: Any) -> Any:
         """The element-wise tail as one generated kernel, on a backend that generates them
@@ -157,6 +209,7 @@ class Chain:
     links: tuple[tuple[Any, tuple[int | None, ...], Any], ...]
     tail: Any
     tail_operands: tuple[int, ...]
+    prepared: Any = None  # what the first member prepared (the first link's call holds it)
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], out: Array) -> None:
         previous = None
@@ -171,6 +224,27 @@ class Chain:
         if self.tail is not None:
             operands = [inputs[i] for i in self.tail_operands]
             ctx.kernels.run_elementwise_chain(self.tail.source, previous, operands, out)
+
+
+# How a bound chain forms a member's inputs (`_arguments`).
+_INPUTS, _PICKED, _PREVIOUS = "inputs", "picked", "previous"
+_PREVIOUS_AND_INPUT, _INPUT_AND_PREVIOUS, _GENERAL = "previous+input", "input+previous", "any"
+
+
+def _arguments(sources: tuple[int | None, ...], count: int) -> tuple[str, Any, tuple]:
+    """(form, what it needs, sources): the fused step's `count` inputs as they are, two or
+    more of them (picked by an itemgetter), the previous result alone, the previous result
+    and input k or input k and the previous result, or any other mix (built from `sources`)."""
+    if sources == tuple(range(count)):
+        return _INPUTS, None, sources
+    if len(sources) >= 2 and all(s is not None and s >= 0 for s in sources):
+        return _PICKED, itemgetter(*sources), sources
+    if sources == (PREVIOUS,):
+        return _PREVIOUS, None, sources
+    if len(sources) == 2 and PREVIOUS in sources and None not in sources:
+        first = sources[0] == PREVIOUS
+        return (_PREVIOUS_AND_INPUT if first else _INPUT_AND_PREVIOUS), sources[first], sources
+    return _GENERAL, None, sources
 
 
 def _signature(specs: Sequence[TensorSpec | None]) -> tuple:

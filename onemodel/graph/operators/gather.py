@@ -16,6 +16,8 @@ import numpy as np
 from onemodel.graph.operators.axes import INDEX_TYPES, INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -25,6 +27,10 @@ from onemodel.graph.operators.base import (
 )
 from onemodel.tensors import onnx_name
 from onemodel.tensors.shapes import contiguous_strides, element_count
+
+# At most this many output elements, a bound Gather lets the backend's take check its indices
+# (NumPy's mode "raise" copies through a buffer, which costs more on large outputs).
+SMALL = 1 << 14
 
 
 class IndexingOperator(Operator):
@@ -105,6 +111,41 @@ class GatherOp(AxisIndexingOperator):
             ctx, indices, data.shape[axis], self.where(data.shape, axis)
         )
         ctx.kernels.take_arrays(data, positions, axis, outputs[0])
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A constant scalar index in range (a state's slot): the slice it picks, copied. A
+        small output (embedding rows) on a backend whose take checks bounds: that take, whose
+        refusal `run` then explains (the checks here take four passes and ~15 µs)."""
+        indices = step.constants[1]
+        if indices is None:
+            return self._bind_checked_take(ctx, step)
+        if indices.ndim != 0:
+            return None
+        shape = step.specs[0].shape
+        axis = self.data_axis(len(shape))
+        position, extent = int(indices), shape[axis]
+        if not -extent <= position < extent:
+            return None  # `run` says why
+        where = (slice(None),) * axis + (position % extent,)
+        copyto = ctx.xp.copyto
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            copyto(outputs[0], inputs[0][where])
+
+        return call
+
+    def _bind_checked_take(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        if not ctx.kernels.take_checks_bounds or element_count(step.outputs[0].shape) > SMALL:
+            return None
+        axis, run = self.data_axis(len(step.specs[0].shape)), self.run
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            try:
+                inputs[0].take(inputs[1], axis=axis, out=outputs[0])
+            except IndexError:
+                run(ctx, inputs, outputs)  # raises the SessionError naming the index
+
+        return call
 
 
 class ElementwiseIndexingOperator(AxisIndexingOperator):

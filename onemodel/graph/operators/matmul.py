@@ -19,6 +19,8 @@ import numpy as np
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -158,6 +160,13 @@ class MatMulOp(MatrixProduct):
             None if b is None else (b.reshape(-1, 1) if b.ndim == 1 else b),
         )
 
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A matrix or a batch of them times a weight matrix: the backend's `weight_product`
+        (for a batch, `run_prepared` reshapes nothing: out has the product's shape)."""
+        if len(step.specs[0].shape) < 2:
+            return None
+        return weight_call(ctx, step, step.constants[1])
+
     def run_prepared(
         self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
     ) -> None:
@@ -230,6 +239,26 @@ class GemmOp(MatrixProduct):
             return
         self._epilogue(ctx, prepared, a, b, c, out)
 
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A weight B (A not transposed), alpha 1 and beta 1 or 0: the backend's
+        `weight_product` on op(B) and C added, as `_epilogue` computes them."""
+        weight = step.constants[1]
+        if self.trans_a or self.alpha != 1.0 or self.beta not in (0.0, 1.0) or weight is None:
+            return None
+        product = weight_call(ctx, step, weight.T if self.trans_b else weight)
+        if product is None:
+            return None
+        if len(step.specs) < 3 or step.specs[2] is None or self.beta == 0.0:
+            return product
+        add, c = ctx.xp.add, step.constants[2]
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            product(ctx, inputs, outputs)
+            out = outputs[0]
+            add(out, inputs[2] if c is None else c, out=out)
+
+        return call
+
     def _epilogue(
         self, ctx: RunContext, prepared: Any, a: Array, b: Array, c: Array | None, out: Array
     ) -> None:
@@ -247,6 +276,26 @@ class GemmOp(MatrixProduct):
                     xp.multiply(c, np.float64(self.beta), out=scaled, casting="unsafe")
                     c = scaled
                 xp.add(out, c, out=out)
+
+
+def weight_call(ctx: RunContext, step: BoundStep, weight: Array | None) -> BoundCall | None:
+    """out = a @ weight by the backend's `weight_product`, for an a of rank 2 or more known
+    only in the run and a 2-D constant weight of out's type; None where that does not apply."""
+    if weight is None or step.constants[0] is not None or weight.ndim != 2:
+        return None
+    dtype = step.outputs[0].numpy_dtype
+    if step.specs[0].numpy_dtype != dtype or weight.dtype != dtype:
+        return None
+    if not (weight.flags.c_contiguous or weight.flags.f_contiguous):
+        return None
+    product = ctx.kernels.weight_product(dtype, len(step.specs[0].shape))
+    if product is None:
+        return None
+
+    def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+        product(inputs[0], weight, out=outputs[0])
+
+    return call
 
 
 DEFS: tuple[OpDef, ...] = (

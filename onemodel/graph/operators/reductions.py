@@ -32,6 +32,8 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -260,6 +262,26 @@ class ReduceMeanOp(Reduction):
                     ctx.xp.divide(out, math.prod(x.shape[a] for a in axes), out=out)
                 return
         super().run(ctx, inputs, outputs)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """`run`'s small fast-mode path with its axes and count worked out once."""
+        spec = step.specs[0]
+        given = self.axes_from_input and len(step.specs) > 1 and step.specs[1] is not None
+        size = math.prod(spec.shape)
+        if given or spec.numpy_dtype.char not in "fd" or not 0 < size <= GEMV_ABOVE:
+            return None
+        axes = self._axes(self._given_axes(None), len(spec.shape))
+        if axes is None:
+            return None
+        dtype, keepdims, divide = spec.numpy_dtype, bool(self.keepdims), ctx.xp.divide
+        count = math.prod(spec.shape[a] for a in axes)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            out = outputs[0]
+            inputs[0].sum(axis=axes, dtype=dtype, out=out, keepdims=keepdims)
+            divide(out, count, out=out)
+
+        return call
 
     def _reduce(self, xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
         """The sum (`float_sum`) divided by the count, as `mean` computes it."""

@@ -15,6 +15,8 @@ from onemodel.graph.operators.axes import (
 )
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -121,6 +123,18 @@ class SliceOp(PreparesConstants):
             prepared = prepared.read or None
         read = run_reader(ctx, inputs) if prepared is None else prepared.get
         ctx.xp.copyto(outputs[0], data[self.bounds(data.shape, read)])
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """Slices settled by the plan (the data always has their shape): the copy alone."""
+        prepared = step.prepared
+        if not isinstance(prepared, PlannedSlices):
+            return None
+        slices, copyto = prepared.slices, ctx.xp.copyto
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            copyto(outputs[0], inputs[0][slices])
+
+        return call
 
 
 def effective_slice(extent: int, start: int, end: int, step: int) -> slice:

@@ -11,6 +11,8 @@ The element type sets here are shared by the other element-wise families.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +24,8 @@ from onemodel.backends.lazy_module import LazyModule
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -116,6 +120,36 @@ class ElementwiseUnary(Operator):
             work = list(ctx.scratch((count, *x.shape), FLOAT32)) if count else []
             kernel(ctx.xp, x, out, work, *self.fast_parameters())
 
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """`run_small` where it applies (fast mode, float32, small), its work arrays made
+        once: they are this run state's."""
+        spec, out = step.specs[0], step.outputs[0]
+        if type(self).run is not ElementwiseUnary.run:  # a subclass decides more per run
+            return None
+        if spec.numpy_dtype != FLOAT32 or out.numpy_dtype != FLOAT32:
+            return None
+        if math.prod(spec.shape) > SMALL:
+            return None
+        return self.bind_small(ctx.xp, spec.shape)
+
+    def bind_small(self, xp: Any, shape: tuple[int, ...]) -> BoundCall:
+        """`run_small` for float32 x of `shape`."""
+        if self.fast_kernel is None:
+            compute = self.compute
+
+            def computed(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                compute(xp, inputs[0], outputs[0])
+
+            return computed
+        kernel, count = self.fast_kernel
+        work = list(xp.empty((count, *shape), FLOAT32)) if count else []
+        parameters = self.fast_parameters()
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            kernel(xp, inputs[0], outputs[0], work, *parameters)
+
+        return call
+
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         """Fill `out` from `x`; `out` may be the same array as `x`."""
         raise NotImplementedError
@@ -136,6 +170,17 @@ class Ufunc(ElementwiseUnary):
 
     def compute(self, xp: Any, x: Array, out: Array) -> None:
         getattr(xp, self.ufunc)(x, out=out)
+
+    def bind_small(self, xp: Any, shape: tuple[int, ...]) -> BoundCall:
+        """The ufunc itself, where `compute` is this one."""
+        if self.fast_kernel is not None or type(self).compute is not Ufunc.compute:
+            return super().bind_small(xp, shape)
+        ufunc = getattr(xp, self.ufunc)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            ufunc(inputs[0], out=outputs[0])
+
+        return call
 
     def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
         if self.exact_function is None:
