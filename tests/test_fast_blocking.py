@@ -12,6 +12,7 @@ CASES = [
     ("LogSoftmax", [X], {"axis": 1}, 13),
     ("LayerNormalization", [X, X[0] + 1, X[1]], {"axis": -1}, 17),
     ("LayerNormalization", [X.reshape(37, 5, 10), X[0].reshape(5, 10)], {"axis": 1}, 17),
+    ("InstanceNormalization", [X.reshape(1, 37, 50), X[:, 0] + 1, X[:, 1]], {}, 6),
 ]
 
 
