@@ -13,6 +13,14 @@ CASES = [
     ("LayerNormalization", [X, X[0] + 1, X[1]], {"axis": -1}, 17),
     ("LayerNormalization", [X.reshape(37, 5, 10), X[0].reshape(5, 10)], {"axis": 1}, 17),
     ("InstanceNormalization", [X.reshape(1, 37, 50), X[:, 0] + 1, X[:, 1]], {}, 6),
+    (
+        "GroupNormalization",
+        [X[:36].reshape(2, 18, 50), X[:18, 0], X[:18, 1]],
+        {"num_groups": 6},
+        21,
+    ),
+    ("GroupNormalization", [X[:36].reshape(2, 18, 50), X[:6, 0], X[:6, 1]], {"num_groups": 6}, 18),
+    ("RMSNormalization", [X, X[0] + 1], {"axis": -1}, 23),
 ]
 
 

@@ -469,6 +469,12 @@ class GroupNormalizationOp(Standardization):
             self._run_exact(ctx.kernels.xp, x, scale, bias, outputs[0])
             return
         compute = _compute_dtype(xp, x.dtype, numpy_dtype_for_onnx(self.stash_type))
+        out = outputs[0]
+        fast = x.dtype == compute == out.dtype == scale.dtype == bias.dtype == np.float32
+        if fast and out.flags.c_contiguous:
+            if x.size:
+                self._run_rows(ctx, x, scale, bias, out)
+            return
         grouped = x.reshape(x.shape[0], self.groups, -1)
         values, _, _ = self._standardize(xp, grouped, (2,), self.epsilon, compute)
         if self.node.opset < 21:
@@ -481,6 +487,24 @@ class GroupNormalizationOp(Standardization):
             bias.astype(compute).reshape(shape), outputs[0].reshape(values.shape),
         )  # fmt: skip
 
+    def _run_rows(self, ctx: RunContext, x: Array, scale: Array, bias: Array, out: Array) -> None:
+        """Fast mode on float32: each (sample, group) one row of `_standardize_rows`, with the
+        per-group scale folded in (opset 18), or then · scale + bias per channel (opset 21)."""
+        xp = ctx.xp
+        samples = x.shape[0]
+        rows = (samples * self.groups, -1)
+        if self.node.opset < 21:
+            per_row = (xp.tile(scale, samples), xp.tile(bias, samples))
+            self._standardize_rows(
+                ctx, x.reshape(rows), self.epsilon, out.reshape(rows), *per_row, True
+            )
+            return
+        self._standardize_rows(ctx, x.reshape(rows), self.epsilon, out.reshape(rows))
+        channels = out.reshape(samples * x.shape[1], -1)
+        with quiet():
+            ufunc_into(xp, xp.multiply, channels, xp.tile(scale, samples)[:, None], out=channels)
+            ufunc_into(xp, xp.add, channels, xp.tile(bias, samples)[:, None], out=channels)
+
     def _run_exact(self, xp: Any, x: Array, scale: Array, bias: Array, out: Array) -> None:
         grouped = widen(xp, x).reshape(x.shape[0], self.groups, -1)
         values, _, _ = standardize64(xp, grouped, (2,), self.epsilon)
@@ -491,6 +515,31 @@ class GroupNormalizationOp(Standardization):
             values *= widen(xp, scale).reshape(shape)
             values += widen(xp, bias).reshape(shape)
         store(xp, out.reshape(values.shape), values)
+
+
+def root_mean_square_rows(
+    xp: Any, x: Array, epsilon: float, out: Array, scale: Array, inv_rms: Array | None = None
+) -> None:
+    """Fast mode on float32: each row of the 2-D `x` over its root mean square, times `scale`
+    (one value per column), x · 1/√(mean(x²) + ε) · scale, into `out` (which may share x's
+    memory), and the (rows, 1) statistic 1/√(mean(x²) + ε) into `inv_rms` when given: a
+    batch of row dot products (one read of x), then two broadcast passes, a block of rows at a
+    time (as `Standardization._standardize_rows`)."""
+    rows, cols = x.shape
+    f = x.dtype.type
+    inverse_count = f(1.0 / cols)
+    with quiet():
+        for block in row_blocks(rows, cols, STANDARDIZE_BLOCKS):
+            values, target = x[block], out[block]
+            factor = xp.matmul(values[:, None, :], values[:, :, None]).reshape(-1, 1)
+            xp.multiply(factor, inverse_count, out=factor)
+            xp.add(factor, f(epsilon), out=factor)
+            xp.sqrt(factor, out=factor)
+            xp.reciprocal(factor, out=factor)
+            ufunc_into(xp, xp.multiply, values, factor, out=target)
+            ufunc_into(xp, xp.multiply, target, scale, out=target)
+            if inv_rms is not None:
+                inv_rms[block] = factor
 
 
 def exact_affine(
