@@ -168,7 +168,8 @@ class NumpyKernels(ArrayKernels):
         scratch: Scratch | None = None,
     ) -> None:
         """The shared kernel a block of planes at a time (numpy_cpu/plane_blocks.py); with
-        `indices` (plane positions, any block size alike) the shared kernel whole."""
+        `indices` (plane positions, any block size alike) the shared kernel whole. (Small
+        ufunc buffers measure slower here: 0.75 against 0.54 ms at [1, 64, 64, 64].)"""
         if indices is not None:
             super().max_pool_arrays(x, out, kernel, strides, pads, dilations, indices, scratch)
             return
@@ -191,14 +192,19 @@ class NumpyKernels(ArrayKernels):
         row_major: bool = False,
         divisor: Any | None = None,
     ) -> None:
-        """The shared kernel a block of planes at a time (numpy_cpu/plane_blocks.py); a
-        divisor broadcasts over the spatial axes only, as AveragePool's counts do."""
+        """The shared kernel a block of planes at a time (numpy_cpu/plane_blocks.py) with small
+        ufunc buffers (numpy_cpu/ufunc_buffers.py); a divisor broadcasts over the spatial
+        axes only, as AveragePool's counts do."""
         reused = Reused(scratch or self._allocate)
-        for block_x, block_out in plane_blocks(x, out):
-            reused.next_block()
-            super().sum_pool_arrays(
-                block_x, block_out, kernel, strides, pads, dilations, reused, row_major, divisor
-            )
+        # The taps over flat phases run (N, C, out_h·cols) views: with NumPy's default buffer
+        # 8 adds took 0.23 ms at [1, 64, 64, 64], with small buffers 0.12.
+        with small_buffers():
+            for block_x, block_out in plane_blocks(x, out):
+                reused.next_block()
+                super().sum_pool_arrays(
+                    block_x, block_out, kernel, strides, pads, dilations, reused, row_major,
+                    divisor,
+                )  # fmt: skip
 
     def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
         """Blocked for the cache (numpy_cpu/movement.py)."""
