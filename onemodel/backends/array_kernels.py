@@ -371,7 +371,7 @@ class ArrayKernels(ConvolutionKernels):
         taps = phases.taps()
         total = allocate(phases.run_shape, out.dtype)
         first = next(taps)
-        second = next(taps, None)
+        second = next(taps, None) if first.dtype == total.dtype else None  # no narrow sums
         if second is None:
             total[...] = first
         else:
@@ -855,11 +855,12 @@ def _pool_axis_phased(
         run = phases[residue][lo + offset : hi + offset]
         if tap == 0:
             first = (lo, hi, run)
-            if axis.kernel == 1:
+            if axis.kernel == 1 or run.dtype != total.dtype:
                 total[lo:hi] = run
-        elif tap == 1:
+        elif tap == 1 and run.dtype == total.dtype:
             # The first two taps straight into total where both read (elsewhere only border
-            # windows, redone below): one pass fewer than copying the first tap.
+            # windows, redone below): one pass fewer than copying the first tap. (Not from a
+            # narrower type: that sum would round in it.)
             lo0, hi0, run0 = first
             start, stop = max(lo, lo0), min(hi, hi0)
             a, b = run0[start - lo0 : stop - lo0], run[start - lo : stop - lo]
