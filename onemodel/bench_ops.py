@@ -191,6 +191,31 @@ def _sized_cases(size: str) -> Iterator[OpCase]:
         [Input(image)],
         weights={"scale": _weight(channels, scale=1.0), "bias": _weight(channels)},
     )
+    groups = 4
+    yield OpCase(
+        "GroupNormalization 4",
+        size,
+        "GroupNormalization",
+        [Input(image)],
+        {"num_groups": groups},
+        weights={"scale": _weight(groups, scale=1.0), "bias": _weight(groups)},
+    )
+    yield OpCase(
+        "SimplifiedLayerNormalization",
+        size,
+        "SimplifiedLayerNormalization",
+        [Input(flat)],
+        {"axis": -1},
+        weights={"scale": _weight(cols, scale=1.0)},
+    )
+    yield OpCase(
+        "SkipLayerNormalization",
+        size,
+        "SkipLayerNormalization",
+        [Input(flat), Input(flat)],
+        weights={"gamma": _weight(cols, scale=1.0), "beta": _weight(cols)},
+        domain="com.microsoft",
+    )
     yield OpCase("Transpose 2-D", size, "Transpose", [Input(flat)], {"perm": [1, 0]})
     yield OpCase("Transpose NCHW>NHWC", size, "Transpose", [Input(image)], {"perm": [0, 2, 3, 1]})
     pool = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
@@ -419,7 +444,10 @@ def case_model(case: OpCase) -> bytes:
         ],
         [numpy_helper.from_array(value, name) for name, value in case.weights.items()],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    opsets = [helper.make_opsetid("", OPSET)]
+    if case.domain:
+        opsets.append(helper.make_opsetid(case.domain, 1))
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 9
     return model.SerializeToString()
 

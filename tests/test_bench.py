@@ -263,3 +263,17 @@ def test_bench_ops_cases_cover_sizes_casts_and_layers():
     for kind in ("Conv dw", "Conv grouped", "Conv dilated", "ConvTranspose", "Gemm", "LSTM"):
         assert any(name.startswith(kind) for name in layers), kind
     assert any("b8" in name for name in layers) and any("bidirectional" in name for name in layers)
+
+
+def test_bench_ops_contrib_cases_import_their_domain():
+    import onnx
+
+    from onemodel import bench_ops
+
+    (case,) = bench_ops.selected(("small",), "^SkipLayerNormalization$")
+    model = onnx.load_from_string(bench_ops.case_model(case))
+    assert {(o.domain, o.version) for o in model.opset_import} == {
+        ("", bench_ops.OPSET),
+        ("com.microsoft", 1),
+    }
+    assert model.graph.node[0].domain == "com.microsoft"

@@ -6,12 +6,25 @@ import pytest
 from onemodel.backends import blocking
 from tests.operator_harness import run_node
 
+POOL = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
 X = np.random.default_rng(2).standard_normal((37, 50)).astype(np.float32) * 3
 CASES = [
     ("Softmax", [X], {"axis": -1}, 13),
     ("LogSoftmax", [X], {"axis": 1}, 13),
     ("LayerNormalization", [X, X[0] + 1, X[1]], {"axis": -1}, 17),
     ("LayerNormalization", [X.reshape(37, 5, 10), X[0].reshape(5, 10)], {"axis": 1}, 17),
+    ("InstanceNormalization", [X.reshape(1, 37, 50), X[:, 0] + 1, X[:, 1]], {}, 6),
+    (
+        "GroupNormalization",
+        [X[:36].reshape(2, 18, 50), X[:18, 0], X[:18, 1]],
+        {"num_groups": 6},
+        21,
+    ),
+    ("GroupNormalization", [X[:36].reshape(2, 18, 50), X[:6, 0], X[:6, 1]], {"num_groups": 6}, 18),
+    ("RMSNormalization", [X, X[0] + 1], {"axis": -1}, 23),
+    ("MaxPool", [X.reshape(1, 37, 5, 10)], POOL, 12),
+    ("AveragePool", [X.reshape(1, 37, 5, 10)], POOL, 19),
+    ("AveragePool", [X.reshape(37, 1, 5, 10)], POOL, 11),
 ]
 
 

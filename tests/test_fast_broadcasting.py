@@ -46,10 +46,31 @@ def test_which_calls_get_a_row_buffer() -> None:
     assert row_buffer(np, out, out, np.float32(2)) is None  # a single value
     assert row_buffer(np, out.T, out.T, np.ones(256, np.float32)) is None  # not C-contiguous
     odd = np.empty((4096, 100), np.float32)
-    assert row_buffer(np, odd, odd, np.ones(100, np.float32)) is None  # not a multiple of 16
+    assert row_buffer(np, odd, odd, np.ones(100, np.float32)) == 96  # a multiple of 16
+    narrow = np.empty((4096, 8), np.float32)
+    assert row_buffer(np, narrow, narrow, np.ones(8, np.float32)) is None  # rows under 16
     wide = np.empty((4, 1 << 14), np.float32)
     assert row_buffer(np, wide, wide, np.ones(1 << 14, np.float32)) is None  # rows ≥ buffer
     small = np.empty((4, 1024), np.float32)
     assert small.size <= broadcasting.ROW_BUFFER_ABOVE
     assert row_buffer(np, small, small, np.ones(1024, np.float32)) is None
     assert row_buffer(object(), out, out, np.ones(1024, np.float32)) is None  # not NumPy
+
+
+def test_inside_a_run_the_buffer_is_set_directly_errors_still_ignored() -> None:
+    from onemodel.backends.fp_errors import run_scope
+
+    seen = []
+
+    def recording_add(*operands, out):
+        seen.append((np.getbufsize(), np.geterr()["divide"]))
+        return np.add(*operands, out=out)
+
+    x = np.ones((256, 1024), np.float32)
+    with run_scope():
+        before = (np.getbufsize(), np.geterr())
+        ufunc_into(np, recording_add, x, np.ones(1024, np.float32), out=x)
+        ufunc_into(np, recording_add, x, np.ones(1024, np.float32), out=x)  # the cached state
+        assert (np.getbufsize(), np.geterr()) == before
+    assert seen == [(1024, "ignore"), (1024, "ignore")]
+    np.testing.assert_array_equal(x, 3)

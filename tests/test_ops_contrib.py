@@ -169,6 +169,9 @@ def test_skip_layer_normalization(dtype: Any, skip_shape: tuple, with_beta_bias:
     check("SkipSimplifiedLayerNormalization", [x, skip, gamma, bias], outputs=outputs, **tolerance)
     check("SkipLayerNormalization", [x, skip, gamma], outputs=("out0", "", "", "out3"),
           **tolerance)  # fmt: skip
+    # the result alone: fast mode's row kernels (no statistics outputs)
+    check("SkipLayerNormalization", [x, skip, gamma, beta, bias], {"epsilon": 1e-4}, **tolerance)
+    check("SkipSimplifiedLayerNormalization", [x, skip, gamma, bias], **tolerance)
 
 
 @pytest.mark.parametrize("axis", [-1, 1])

@@ -320,14 +320,17 @@ class ArrayKernels(ConvolutionKernels):
         dilations: Sequence[int],
         scratch: Scratch | None = None,
         row_major: bool = False,
+        divisor: Any | None = None,
     ) -> None:
-        """Sum of the real positions of each window of x (N, C, *S) into out (N, C, *O).
+        """Sum of the real positions of each window of x (N, C, *S) into out (N, C, *O),
+        divided by `divisor` (an array broadcasting to out) when given.
 
-        Window placement as in `max_pool_arrays`; padding adds nothing. Average and Lp pooling
-        divide or take roots afterwards. One spatial axis at a time (`_pool_separably`), the
-        first spatial axis first, or with `row_major` one pass per kernel offset in row-major
-        order: the two float summation orders of onnxruntime's CPU AveragePool (its pooling
-        library before opset 19, a row-major loop from 19).
+        Window placement as in `max_pool_arrays`; padding adds nothing. Average pooling
+        passes its counts as `divisor` (the 2-D row-major path divides as it drops its
+        slack: one pass fewer); Lp pooling takes roots afterwards. One spatial axis at a time
+        (`_pool_separably`), the first spatial axis first, or with `row_major` one pass per
+        kernel offset in row-major order: the two float summation orders of onnxruntime's
+        CPU AveragePool (its pooling library before opset 19, a row-major loop from 19).
         """
         xp = self.xp
         axes = window_axes(x.shape[2:], out.shape[2:], kernel, strides, pads, dilations)
@@ -336,11 +339,14 @@ class ArrayKernels(ConvolutionKernels):
         with quiet():
             if row_major and len(axes) == 2:
                 # −0 is the sum's neutral element (0 is not: −0 + 0 = +0)
-                self._pool_flat(x, total, axes, xp.add, -0.0, scratch)
+                self._pool_flat(x, total, axes, xp.add, -0.0, scratch, divisor)
+                divisor = None
             elif row_major:
                 self._pool_taps(x, total, axes, xp.add, 0)
             else:
                 self._pool_separably(x, total, axes, xp.add, 0, scratch, last_first=False)
+            if divisor is not None:
+                xp.divide(total, divisor, out=total)
         if narrow:
             out[...] = total
 
@@ -352,10 +358,13 @@ class ArrayKernels(ConvolutionKernels):
         combine: Any,
         fill: Any,
         scratch: Scratch | None,
+        divisor: Any | None = None,
     ) -> None:
         """A 2-D window reduction over taps in row-major order, each tap one contiguous run of
         x's padded phases (`flat_phases`: padding is `fill`, which must leave a value as it
-        is); one long loop per tap instead of one short strided loop per output row."""
+        is); one long loop per tap instead of one short strided loop per output row. The
+        first two taps go straight into the total; the copy that drops the slack divides by
+        `divisor` when given."""
         xp = self.xp
         allocate = skewed(scratch or (lambda shape, dtype: xp.empty(shape, dtype=dtype)))
         phases = flat_phases(
@@ -370,10 +379,18 @@ class ArrayKernels(ConvolutionKernels):
         )
         taps = phases.taps()
         total = allocate(phases.run_shape, out.dtype)
-        total[...] = next(taps)
+        first = next(taps)
+        second = next(taps, None) if first.dtype == total.dtype else None  # no narrow sums
+        if second is None:
+            total[...] = first
+        else:
+            combine(first, second, out=total)
         for run in taps:
             combine(total, run, out=total)
-        phases.crop(total, out)
+        if divisor is None:
+            phases.crop(total, out)
+        else:
+            xp.divide(phases.kept(total), divisor, out=out)
 
     def _pool_separably(
         self,
@@ -840,12 +857,23 @@ def _pool_axis_phased(
         phase[...] = x[(*xp_index, slice(residue, None, stride))]
         phases[residue] = phase.reshape(-1)
     total = out.reshape(-1)
+    first = (0, 0, total)
     for tap, (shift, residue) in enumerate(shifts):
         offset = shift * inner
         lo, hi = max(0, -offset), total.size - max(0, offset)
         run = phases[residue][lo + offset : hi + offset]
         if tap == 0:
-            total[lo:hi] = run
+            first = (lo, hi, run)
+            if axis.kernel == 1 or run.dtype != total.dtype:
+                total[lo:hi] = run
+        elif tap == 1 and run.dtype == total.dtype:
+            # The first two taps straight into total where both read (elsewhere only border
+            # windows, redone below): one pass fewer than copying the first tap. (Not from a
+            # narrower type: that sum would round in it.)
+            lo0, hi0, run0 = first
+            start, stop = max(lo, lo0), min(hi, hi0)
+            a, b = run0[start - lo0 : stop - lo0], run[start - lo : stop - lo]
+            combine(a, b, out=total[start:stop])
         else:
             combine(total[lo:hi], run, out=total[lo:hi])
     low = max(-shift for shift, _ in shifts)

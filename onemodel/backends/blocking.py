@@ -14,12 +14,12 @@ BLOCK = 1 << 16
 BLOCKED_ABOVE = 1 << 20
 
 
-def row_blocks(rows: int, row_size: int) -> Iterator[slice]:
-    """Slices of whole rows, about BLOCK elements each, covering `rows` rows of `row_size`;
-    one slice of everything when the array is small."""
+def row_blocks(rows: int, row_size: int, blocks: int = 1) -> Iterator[slice]:
+    """Slices of whole rows, about `blocks` times BLOCK elements each, covering `rows` rows of
+    `row_size`; one slice of everything when the array is small."""
     if rows * row_size <= BLOCKED_ABOVE:
         yield slice(0, rows)
         return
-    step = max(1, BLOCK // max(row_size, 1))
+    step = max(1, blocks * BLOCK // max(row_size, 1))
     for start in range(0, rows, step):
         yield slice(start, min(start + step, rows))

@@ -71,3 +71,29 @@ class run_scope:
                 _IGNORING[0].reset(self._errstate)
         finally:
             _state.in_run = self._outer
+
+
+_BUFFERED: dict[int, Any] = {}
+
+
+def buffered_run_state(size: int) -> tuple[Any, Any] | None:
+    """NumPy's ufunc-configuration context variable and the value that keeps a run's error
+    state (all ignored) with ufunc buffers of `size` elements, for a caller inside a run to set
+    directly and reset: 0.2 us, where np.setbufsize costs 6 us a call (NumPy 2.4, AMD EPYC), a
+    tenth of a medium-sized LayerNormalization. None outside a run, where an np.errstate has
+    changed the state inside one, or where NumPy keeps it elsewhere (np.setbufsize then)."""
+    if _IGNORING is None or not getattr(_state, "in_run", False):
+        return None
+    variable, ignoring = _IGNORING
+    if variable.get() is not ignoring:
+        return None
+    value = _BUFFERED.get(size)
+    if value is None:
+        token = variable.set(ignoring)
+        try:
+            np.setbufsize(size)
+            value = variable.get()
+        finally:
+            variable.reset(token)
+        _BUFFERED[size] = value  # one per row length a model broadcasts over: few
+    return variable, value

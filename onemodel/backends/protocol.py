@@ -174,9 +174,11 @@ class Kernels(Protocol):
         dilations: Any,
         scratch: Any = None,
         row_major: bool = False,
+        divisor: Any = None,
     ) -> None:
         """N-D sum of each window's real positions (padding adds nothing): one spatial axis
-        at a time, first axis first, or with `row_major` in the window's row-major order."""
+        at a time, first axis first, or with `row_major` in the window's row-major order;
+        divided by `divisor` (broadcasting to out) when given."""
 
     # Exact mode's array entry points (onemodel/backends/exact_arrays.py, docs/exact-mode.md):
     # float64 work in one written-out order, rounded once into `out`; the same bits everywhere.

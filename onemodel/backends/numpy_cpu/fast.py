@@ -13,6 +13,7 @@ from onemodel.backends.array_types import Scratch
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import depthwise_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
+from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 from onemodel.backends.numpy_cpu.winograd import WinogradFilter, winograd_conv, winograd_filter
@@ -166,6 +167,56 @@ class NumpyKernels(ArrayKernels):
         if dtype not in _BLAS_TYPES:
             return np.matmul if rank > 2 and dtype.itemsize >= 4 else None
         return np.dot if rank == 2 else np.matmul
+
+    def max_pool_arrays(
+        self,
+        x: Any,
+        out: Any,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        indices: Any | None = None,
+        scratch: Scratch | None = None,
+    ) -> None:
+        """The shared kernel a block of planes at a time (numpy_cpu/plane_blocks.py); with
+        `indices` (plane positions, any block size alike) the shared kernel whole. (Small
+        ufunc buffers measure slower here: 0.75 against 0.54 ms at [1, 64, 64, 64].)"""
+        if indices is not None:
+            super().max_pool_arrays(x, out, kernel, strides, pads, dilations, indices, scratch)
+            return
+        reused = Reused(scratch or self._allocate)
+        for block_x, block_out in plane_blocks(x, out):
+            reused.next_block()
+            super().max_pool_arrays(
+                block_x, block_out, kernel, strides, pads, dilations, None, reused
+            )
+
+    def sum_pool_arrays(
+        self,
+        x: Any,
+        out: Any,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        scratch: Scratch | None = None,
+        row_major: bool = False,
+        divisor: Any | None = None,
+    ) -> None:
+        """The shared kernel a block of planes at a time (numpy_cpu/plane_blocks.py) with small
+        ufunc buffers (numpy_cpu/ufunc_buffers.py); a divisor broadcasts over the spatial
+        axes only, as AveragePool's counts do."""
+        reused = Reused(scratch or self._allocate)
+        # The taps over flat phases run (N, C, out_h·cols) views: with NumPy's default buffer
+        # 8 adds took 0.23 ms at [1, 64, 64, 64], with small buffers 0.12.
+        with small_buffers():
+            for block_x, block_out in plane_blocks(x, out):
+                reused.next_block()
+                super().sum_pool_arrays(
+                    block_x, block_out, kernel, strides, pads, dilations, reused, row_major,
+                    divisor,
+                )  # fmt: skip
 
     def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
         """Blocked for the cache (numpy_cpu/movement.py)."""

@@ -36,7 +36,7 @@ from onemodel.graph.operators.base import (
 from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
 from onemodel.graph.operators.exact_products import working_product
-from onemodel.graph.operators.normalization import exact_affine
+from onemodel.graph.operators.normalization import exact_affine, root_mean_square_rows
 from onemodel.graph.operators.unary import FLOATS, widened
 from onemodel.tensors import DType, numpy_dtype_for_onnx
 from onemodel.tensors.shapes import TensorShapeError, broadcast_shapes
@@ -678,6 +678,8 @@ class RMSNormalizationOp(Operator):
             if len(outputs) > 1:  # SimplifiedLayerNormalization's statistic
                 store(ctx.kernels.xp, outputs[1], inv_rms)
             return
+        if self._run_rows(x, scale, outputs[0], None, xp):
+            return
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32
         values = x.astype(compute)
         with quiet():
@@ -685,6 +687,26 @@ class RMSNormalizationOp(Operator):
             values /= xp.sqrt(mean_square + compute(self.epsilon))
             values *= scale.astype(compute)
         outputs[0][...] = values
+
+    def _run_rows(self, x: Array, scale: Array, out: Array, inv_rms: Array | None, xp: Any) -> bool:
+        """Fast mode on float32 with a scale of the normalized axes' whole shape:
+        normalization.root_mean_square_rows over rows of those axes. False: the general path."""
+        normalized = math.prod(x.shape[self.axis % x.ndim :])
+        fast = (
+            x.dtype == scale.dtype == out.dtype == np.float32
+            and self.stash_type == DType.FLOAT
+            and out.flags.c_contiguous
+            and (inv_rms is None or inv_rms.flags.c_contiguous)
+            and scale.size == normalized
+            and x.size
+        )
+        if fast:
+            rows = (-1, normalized)
+            statistic = None if inv_rms is None else inv_rms.reshape(-1, 1)
+            root_mean_square_rows(
+                xp, x.reshape(rows), self.epsilon, out.reshape(rows), scale.reshape(-1), statistic
+            )
+        return bool(fast)
 
 
 class RotaryEmbeddingOp(Operator):

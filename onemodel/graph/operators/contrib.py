@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onemodel.backends import exact_activations
+from onemodel.backends.broadcasting import ufunc_into
+from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators import activations
 from onemodel.graph.operators.attention import (
@@ -38,7 +40,11 @@ from onemodel.graph.operators.binary import check_same_type
 from onemodel.graph.operators.broadcast import unidirectional
 from onemodel.graph.operators.conv import SlidingWindows, conv_channels, conv_group
 from onemodel.graph.operators.matmul import as_matrices, matmul_shape
-from onemodel.graph.operators.normalization import Standardization, exact_affine
+from onemodel.graph.operators.normalization import (
+    Standardization,
+    exact_affine,
+    root_mean_square_rows,
+)
 from onemodel.graph.operators.quantize import DynamicQuantizeLinearOp, QuantizedProduct
 from onemodel.graph.operators.unary import FLOATS, IEEE_FLOATS, Formula, widened
 from onemodel.tensors import DType
@@ -314,6 +320,8 @@ class SkipNormalization(Standardization):
         if ctx.exact:
             self._run_exact(ctx.kernels.xp, x, skip, gamma, beta, bias, outputs)
             return
+        if self._run_rows(ctx, x, skip, gamma, beta, bias, outputs):
+            return
         compute = _working_type(xp, x.dtype)
         total = x.astype(compute) + skip.astype(compute)
         if bias is not None:
@@ -327,6 +335,48 @@ class SkipNormalization(Standardization):
         )  # fmt: skip
         for out, statistic in zip(outputs[1:3], (mean, inv_std), strict=False):
             out[...] = statistic
+
+    def _run_rows(
+        self,
+        ctx: RunContext,
+        x: Array,
+        skip: Array,
+        gamma: Array,
+        beta: Array | None,
+        bias: Array | None,
+        outputs: Any,
+    ) -> bool:
+        """Fast mode on float32 without the statistics outputs: the sum written once (into
+        the sum output when there is one, else the result), then standardized or RMS-scaled
+        row by row from it (`_standardize_rows`, normalization.root_mean_square_rows).
+        False: the general path."""
+        xp = ctx.xp
+        out = outputs[0]
+        wanted = [bool(name) for name in self.node.outputs[1:3]]
+        operands = [a for a in (x, skip, gamma, beta, bias) if a is not None]
+        if (
+            any(wanted)
+            or any(a.dtype != np.float32 for a in operands)
+            or out.dtype != np.float32
+            or not out.flags.c_contiguous
+            or not x.size
+        ):
+            return False
+        total = outputs[3] if len(outputs) > 3 and self.node.outputs[3] else out
+        if not total.flags.c_contiguous:
+            return False
+        with quiet():
+            ufunc_into(xp, xp.add, x, skip, out=total)
+            if bias is not None:
+                ufunc_into(xp, xp.add, total, bias, out=total)
+        rows = (-1, x.shape[-1])
+        if self.root_mean_square:
+            root_mean_square_rows(xp, total.reshape(rows), self.epsilon, out.reshape(rows), gamma)
+        else:
+            self._standardize_rows(
+                ctx, total.reshape(rows), self.epsilon, out.reshape(rows), gamma, beta
+            )
+        return True
 
     def _run_exact(
         self,
@@ -393,6 +443,8 @@ class SimplifiedLayerNormalization(RMSNormalizationOp):
             return
         xp = ctx.xp
         x, scale = inputs[:2]
+        if self._run_rows(x, scale, outputs[0], outputs[1] if len(outputs) > 1 else None, xp):
+            return
         compute = xp.float64 if self.stash_type == DType.DOUBLE else xp.float32
         values = x.astype(compute)
         axes = tuple(range(self.axis % x.ndim, x.ndim))

@@ -221,11 +221,17 @@ class AveragePoolOp(WindowPool):
             ctx.kernels.exact_average_pool_arrays(x, out, *self._kernel_args(x), divisor)
             return
         compute = _compute_dtype(xp, out.dtype)
-        total = out if compute == out.dtype else ctx.scratch(out.shape, compute)
+        divisor = self._cached_divisor(xp, x.shape, compute)
+        if compute == out.dtype:  # the kernel divides as it writes out
+            ctx.kernels.sum_pool_arrays(
+                x, out, *self._kernel_args(x), scratch=ctx.scratch,
+                row_major=self._row_major, divisor=divisor,
+            )  # fmt: skip
+            return
+        total = ctx.scratch(out.shape, compute)
         ctx.kernels.sum_pool_arrays(
             x, total, *self._kernel_args(x), scratch=ctx.scratch, row_major=self._row_major
         )
-        divisor = self._cached_divisor(xp, x.shape, compute)
         xp.divide(total, divisor, out=out, casting="unsafe")
 
 
