@@ -62,6 +62,21 @@ class _Horner:
         return total
 
 
+def _reduce(
+    xp: Any, a: Array, k: Array, k_int: Array, work: Array, r: Array, reduction: Sequence[Array]
+) -> None:
+    """exp64's reduction into buffers: k = rint(a/ln2) (also as integers), r = a − k·ln2_hi −
+    k·ln2_lo, the same calls and order as `exact_arrays.exp_reduced`."""
+    inv_ln2, ln2_hi, ln2_lo = reduction
+    xp.multiply(a, inv_ln2, k)
+    xp.rint(k, k)
+    xp.multiply(k, ln2_hi, work)
+    xp.subtract(a, work, r)
+    xp.multiply(k, ln2_lo, work)
+    xp.subtract(r, work, r)
+    k_int[...] = k
+
+
 def lstm_matrix(xp: Any, recurrence: ExactOperand) -> RowMatrix:
     """Rᵀ [H, 4H] (prepared, finite) with its gate blocks in the loop's order and signs, as
     `ExactLSTM` multiplies it (once per plan for a constant R)."""
@@ -123,6 +138,7 @@ class ExactLSTM:
         rows = list(inputs.reshape(projected.shape))
         steps = range(len(rows) - 1, -1, -1) if backward else range(len(rows))
         low, high, inv_ln2, ln2_hi, ln2_lo, tanh_limit, near_limit, one, two = self.constants
+        reduction = inv_ln2, ln2_hi, ln2_lo
         gates, arguments, reduced, k, k_int, work = (
             self.gates, self.arguments, self.reduced, self.k, self.k_int, self.work
         )  # fmt: skip
@@ -154,13 +170,7 @@ class ExactLSTM:
             xp.multiply(candidate_twice, two, candidate_twice)
             xp.minimum(candidate_twice, near_limit, out=near_gates)
             xp.minimum(arguments, high, out=arguments)
-            xp.multiply(arguments, inv_ln2, k)
-            xp.rint(k, k)
-            xp.multiply(k, ln2_hi, work)
-            xp.subtract(arguments, work, r_gates)
-            xp.multiply(k, ln2_lo, work)
-            xp.subtract(r_gates, work, r_gates)
-            k_int[...] = k
+            _reduce(xp, arguments, k, k_int, work, r_gates, reduction)
             total = self.gate_polynomial(xp, reduced)
             xp.ldexp(total[:, : 4 * hh], k_int, work)
             xp.add(work[:, : 3 * hh], one, sigmoids)
@@ -181,13 +191,7 @@ class ExactLSTM:
             xp.minimum(twice, tanh_limit, out=twice)
             xp.multiply(twice, two, twice)
             xp.minimum(twice, near_limit, out=near_cell)
-            xp.multiply(twice, inv_ln2, cell_k)
-            xp.rint(cell_k, cell_k)
-            xp.multiply(cell_k, ln2_hi, cell_work)
-            xp.subtract(twice, cell_work, r_cell)
-            xp.multiply(cell_k, ln2_lo, cell_work)
-            xp.subtract(r_cell, cell_work, r_cell)
-            cell_k_int[...] = cell_k
+            _reduce(xp, twice, cell_k, cell_k_int, cell_work, r_cell, reduction)
             total = self.cell_polynomial(xp, cell_reduced)
             series = total[:, :hh]
             xp.multiply(series, near_cell, series)
