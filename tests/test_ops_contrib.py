@@ -17,13 +17,15 @@ MS = "com.microsoft"
 RNG = np.random.default_rng(7)
 
 
-def _model(
+def contrib_model(
     op_type: str,
     inputs: Sequence[np.ndarray | None],
     attributes: Mapping[str, Any],
     outputs: Sequence[str],
     domain: str,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One `domain` node of in0, in1, … (None: an absent optional input) and its feeds, the
+    outputs' types left to the runtime."""
     arrays = list(inputs)
     while arrays and arrays[-1] is None:
         arrays.pop()
@@ -55,7 +57,7 @@ def check(
 ) -> float:
     """Our outputs against onnxruntime's; the largest absolute difference."""
     attributes = dict(attributes or {})
-    model, feeds = _model(op_type, inputs, attributes, outputs, domain)
+    model, feeds = contrib_model(op_type, inputs, attributes, outputs, domain)
     expected = onnxruntime_run(model, feeds)
     ours = run_node(op_type, list(inputs), attributes, opset=1, outputs=len(outputs), domain=domain)
     worst = 0.0

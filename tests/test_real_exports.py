@@ -125,6 +125,30 @@ def test_golden_matches_stored_onnxruntime_outputs(name: str) -> None:
         _compare(got, [outputs[n] for n in names], names, STRICT)
 
 
+@pytest.mark.parametrize("name", GOLDENS)
+def test_golden_opens_in_exact_mode_with_the_same_bits_everywhere(name: str) -> None:
+    """Every stored export (EmbedLayerNormalization, GroupQueryAttention and the rest) opens in
+    exact mode, within the golden's tolerance of onnxruntime, numpy-reference's bits on numpy
+    and the flushing checked-device stand-in."""
+    path = str(rx.GOLDEN / f"{name}.onnx")
+    feeds, outputs, _ = _stored(name)
+    names = [output.name for output in onnx.load(path).graph.output]
+    results = {}
+    for backend in ("numpy-reference", "numpy", "checked-device"):
+        options = onemodel.SessionOptions(
+            mode=onemodel.ExecutionMode.EXACT, backend=backend, outputs_as="numpy"
+        )
+        results[backend] = [
+            np.asarray(x) for x in onemodel.Session.load(path, options).run(None, feeds)
+        ]
+    _compare(results["numpy-reference"], [outputs[n] for n in names], names, _tolerance(name))
+    for backend in ("numpy", "checked-device"):
+        for output, got, want in zip(
+            names, results[backend], results["numpy-reference"], strict=True
+        ):
+            assert got.tobytes() == want.tobytes(), f"{output} on {backend}"
+
+
 # -- the decode loop ----------------------------------------------------------------------------
 
 

@@ -5,15 +5,21 @@ QEmbedLayerNormalization, the same on 8-bit tables, as quantize_dynamic writes i
 
 Ids are int32 (the optimizer inserts the casts); position ids default to 0..S-1 and may be one
 row (1, S) shared by every batch row. The normalization is LayerNormalization's standardization
-over the hidden axis, computed in float32 (float64 for double) and rounded once.
+over the hidden axis, computed in float32 (float64 for double) and rounded once. Exact: the rows
+widened exactly to float64, (word + position) + segment, then LayerNormalization's exact recipe
+(normalization.exact_affine) with gamma and beta; each output rounded once.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
     MICROSOFT,
     Array,
@@ -23,7 +29,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
-from onemodel.graph.operators.normalization import Standardization
+from onemodel.graph.operators.normalization import Standardization, exact_affine
 from onemodel.graph.operators.unary import FLOATS
 from onemodel.tensors import DType
 
@@ -34,11 +40,18 @@ _IDS = (INPUT_IDS, SEGMENT_IDS, MASK, POSITION_IDS)
 _TABLES = {WORDS: "word_embedding", POSITIONS: "position_embedding", SEGMENTS: "segment_embedding"}
 
 
+def _as_type(dtype: Any, values: Array) -> Array:
+    """values converted to `dtype` (a copy: the sum is formed in it in place)."""
+    return values.astype(dtype)
+
+
 class EmbedLayerNormalization(Standardization):
     """LayerNorm(word[ids] + position[position_ids] + segment[segment_ids]) · gamma + beta.
 
     Outputs: the normalized embedding (B, S, H), the int32 mask index (B,) and the sum before
     normalization (B, S, H). Ids outside a table are refused when the run sees them."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -102,32 +115,42 @@ class EmbedLayerNormalization(Standardization):
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         given = list(inputs) + [None] * (9 - len(inputs))
-        compute = ctx.xp.float64 if given[WORDS].dtype == ctx.xp.float64 else ctx.xp.float32
 
         def rows(table: int, ids: Array, ids_index: int) -> Array:
-            return self._rows(ctx, given[table], ids, table, ids_index).astype(compute, copy=False)
+            return self._rows(ctx, given[table], ids, table, ids_index)
 
-        self._embed(ctx, given, outputs, rows, given[GAMMA], given[BETA], compute)
+        self._embed(ctx, given, outputs, rows, given[GAMMA], given[BETA])
 
     def _embed(
         self, ctx: RunContext, given: list[Array | None], outputs: Any,
-        rows: Callable[[int, Array, int], Array], gamma: Array, beta: Array, compute: Any,
+        rows: Callable[[int, Array, int], Array], gamma: Array, beta: Array,
     ) -> None:  # fmt: skip
-        """The three outputs from `rows(table, ids, ids input)`, each table's rows in
-        `compute`."""
-        xp = ctx.xp
+        """The three outputs from `rows(table, ids, ids input)`, each table's rows of the
+        tables' type (float32 once dequantized), summed in the working type: float32 (float64
+        for double), or exact mode's float64."""
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        if ctx.exact:
+            working = functools.partial(widen, xp)
+        else:
+            compute = xp.float64 if given[WORDS].dtype == xp.float64 else xp.float32
+            working = functools.partial(_as_type, compute)
         ids = given[INPUT_IDS]
         sequence = ids.shape[1]
         positions = given[POSITION_IDS] if len(given) > POSITION_IDS else None
         if positions is None:
             positions = xp.arange(sequence, dtype=xp.int32).reshape(1, sequence)
-        total = rows(WORDS, ids, INPUT_IDS) + rows(POSITIONS, positions, POSITION_IDS)
-        if given[SEGMENT_IDS] is not None:
-            total += rows(SEGMENTS, given[SEGMENT_IDS], SEGMENT_IDS)
+        with np.errstate(all="ignore"):
+            total = working(rows(WORDS, ids, INPUT_IDS))
+            total += working(rows(POSITIONS, positions, POSITION_IDS))
+            if given[SEGMENT_IDS] is not None:
+                total += working(rows(SEGMENTS, given[SEGMENT_IDS], SEGMENT_IDS))
         if len(outputs) > 2 and outputs[2] is not None:
-            outputs[2][...] = total
-        values, _, _ = self._standardize(xp, total, (-1,), self.epsilon, compute)
-        self._affine(xp, values, gamma.astype(compute), beta.astype(compute), outputs[0])
+            store(xp, outputs[2], total)
+        if ctx.exact:
+            exact_affine(xp, total, (2,), self.epsilon, gamma, beta, outputs[0])
+        else:
+            values, _, _ = self._standardize(xp, total, (-1,), self.epsilon, compute)
+            self._affine(xp, values, gamma.astype(compute), beta.astype(compute), outputs[0])
         if len(outputs) > 1 and outputs[1] is not None:
             mask = given[MASK]
             if mask is None:
@@ -161,7 +184,9 @@ class QEmbedLayerNormalization(EmbedLayerNormalization):
     """EmbedLayerNormalization on uint8/int8 tables, gamma and beta, each with one float32
     scale and zero point, as quantize_dynamic writes it for the transformer optimizer's fused
     embedding: every value dequantized in float32, (q − zero point) · scale (exact, then one
-    rounding), as onnxruntime's CPU kernel does; no position ids, two outputs."""
+    rounding), as onnxruntime's CPU kernel does; no position ids, two outputs. Exact: the same
+    dequantization (the difference exact, the product one float32 rounding), then
+    EmbedLayerNormalization's exact recipe."""
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         node = self.node
@@ -199,21 +224,21 @@ class QEmbedLayerNormalization(EmbedLayerNormalization):
             )
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-        xp = ctx.xp
+        xp = ctx.xp  # exact mode's namespace: float32 products keep subnormals on CuPy
         given = list(inputs[:8])
 
         def dequantized(index: int, values: Array) -> Array:
             zero = inputs[_ZERO[index]]
             shifted = values.astype(xp.float32)
             if zero is not None:
-                shifted -= zero.reshape(()).astype(xp.float32)
-            return shifted * inputs[_SCALE[index]].reshape(()).astype(xp.float32)
+                shifted = xp.subtract(shifted, zero.reshape(()).astype(xp.float32))
+            return xp.multiply(shifted, inputs[_SCALE[index]].reshape(()).astype(xp.float32))
 
         def rows(table: int, ids: Array, ids_index: int) -> Array:
             return dequantized(table, self._rows(ctx, given[table], ids, table, ids_index))
 
         gamma, beta = dequantized(GAMMA, given[GAMMA]), dequantized(BETA, given[BETA])
-        self._embed(ctx, given, outputs, rows, gamma, beta, xp.float32)
+        self._embed(ctx, given, outputs, rows, gamma, beta)
 
 
 DEFS = (

@@ -14,7 +14,12 @@ The contract followed is onnxruntime's CPU kernel:
   scores scaled by `scale` (default 1/√H), soft-capped when softcap > 0, then attention_bias
   added; smooth_softmax / head_sink add one more logit (0 or the head's sink) to the softmax.
 Everything computes in float32 (float64 never occurs: the operator is float16/bfloat16/float)
-and rounds once into the outputs.
+and rounds once into the outputs. Exact: Q and the new K rotated by RotaryEmbedding's exact
+recipe, rounded once into the inputs' type (so present_key holds what attention reads), then
+the contrib attentions' ExactAttentionMath over the present caches: the scores the exact dot
+products rounded once into float32, then in float64 · scale, softcap, + attention_bias, the
+mask, the exact softmax with the sink as one more logit, the probabilities rounded to float32
+for the exact P·V, the output rounded once.
 """
 
 from __future__ import annotations
@@ -25,7 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.graph.operators.attention import NARROW_FLOATS, DotProductAttention, RotaryEmbeddingOp
+from onemodel.graph.operators.attention import (
+    NARROW_FLOATS,
+    AttentionMath,
+    DotProductAttention,
+    ExactAttentionMath,
+    RotaryEmbeddingOp,
+)
 from onemodel.graph.operators.base import (
     MICROSOFT,
     Array,
@@ -57,6 +68,8 @@ _INT32 = frozenset({DType.INT32})
 
 class GroupQueryAttention(DotProductAttention):
     """Grouped-query attention over a KV cache (see the module docstring for the contract)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -197,7 +210,14 @@ class GroupQueryAttention(DotProductAttention):
         query = given[QUERY]
         batch, length, _ = query.shape
         head = outputs[0].shape[2] // self.heads
-        q, k, v = self._split(xp, given, head)  # (B, N or Nk, S, H) float32 each
+        ops = (
+            ExactAttentionMath(ctx.kernels, query.dtype)
+            if ctx.exact
+            else AttentionMath(xp, xp.float32)
+        )
+        q, k, v = self._split(xp, given, head)  # (B, N or Nk, S, H) views of the inputs
+        if not ctx.exact:  # fast mode rotates in float32; exact mode in the inputs' type
+            q, k = q.astype(xp.float32), k.astype(xp.float32)
         to_host = ctx.kernels.memory.to_host
         total = int(to_host(given[TOTAL_LENGTH]).reshape(-1)[0])
         seqlens = np.asarray(to_host(given[SEQLENS_K]), dtype=np.int64).reshape(-1)
@@ -229,24 +249,34 @@ class GroupQueryAttention(DotProductAttention):
                 if start:
                     out[b, :, :start] = past[b, :, :start]
                 out[b, :, start : start + length] = new[b]
-        keys = outputs[1][:, :, :total].astype(xp.float32)
-        values = outputs[2][:, :, :total].astype(xp.float32)
+        ops.store(outputs[0], self._attend(ops, given, q, pasts, total, outputs[1], outputs[2]))
+
+    def _attend(
+        self, ops: AttentionMath, given: list, q: Array, pasts: np.ndarray, total: int,
+        present_key: Array, present_value: Array,
+    ) -> Array:  # fmt: skip
+        """(B, S, N·H) in the working type: softmax(softcap(q·kᵀ · scale) + attention_bias,
+        masked, with the sink) · v over the first `total` keys of the present caches."""
+        xp, compute = ops.xp, ops.compute
+        batch, heads, length, head = q.shape
+        keys = ops.cast(present_key[:, :, :total])
+        values = ops.cast(present_value[:, :, :total])
         scale = self.scale if self.scale is not None else 1 / math.sqrt(head)
         with np.errstate(all="ignore"):
-            scores = self._grouped_scores(xp, q, keys)
-            scores *= np.float32(scale)
+            scores = self._grouped_scores(xp, ops.cast(q), keys, ops.matmul)
+            scores *= compute(scale)
             if self.softcap > 0:
-                scores = xp.tanh(scores / np.float32(self.softcap)) * np.float32(self.softcap)
+                scores = ops.tanh(scores / compute(self.softcap)) * compute(self.softcap)
             if given[ATTENTION_BIAS] is not None:
-                scores += given[ATTENTION_BIAS].astype(xp.float32)
+                scores += ops.cast(given[ATTENTION_BIAS])
             scores = xp.where(self._allowed(xp, pasts, length, total), scores, -np.inf)
-            probs = self._softmax_with_sink(xp, scores, given[HEAD_SINK])
-            context = self._grouped_values(xp, probs, values)
-        outputs[0][...] = xp.transpose(context, (0, 2, 1, 3)).reshape(outputs[0].shape)
+            probs = self._softmax_with_sink(ops, scores, given[HEAD_SINK])
+            context = self._grouped_values(xp, probs, values, ops.matmul)
+        return xp.transpose(context, (0, 2, 1, 3)).reshape(batch, length, heads * head)
 
     def _split(self, xp: Any, given: list, head: int) -> tuple[Array, Array, Array]:
-        """Q (B, N, S, H), K and V (B, Nk, S, H), widened to float32."""
-        query = given[QUERY].astype(xp.float32)
+        """Q (B, N, S, H), K and V (B, Nk, S, H), views of the inputs."""
+        query = given[QUERY]
         batch, length, _ = query.shape
         if given[KEY] is None:
             query_width, kv_width = self.heads * head, self.kv_heads * head
@@ -256,7 +286,7 @@ class GroupQueryAttention(DotProductAttention):
                 query[..., query_width + kv_width :],
             )
         else:
-            parts = (query, given[KEY].astype(xp.float32), given[VALUE].astype(xp.float32))
+            parts = (query, given[KEY], given[VALUE])
         counts = (self.heads, self.kv_heads, self.kv_heads)
         return tuple(  # type: ignore[return-value]
             xp.transpose(part.reshape(batch, length, count, head), (0, 2, 1, 3))
@@ -308,18 +338,22 @@ class GroupQueryAttention(DotProductAttention):
             allowed &= keys > last - self.window
         return xp.asarray(allowed[:, None])
 
-    def _softmax_with_sink(self, xp: Any, scores: Array, head_sink: Array | None) -> Array:
+    def _softmax_with_sink(
+        self, ops: AttentionMath, scores: Array, head_sink: Array | None
+    ) -> Array:
         """Softmax over the keys; with smooth_softmax or head_sink, one more logit (0, or the
-        head's sink) joins the denominator."""
+        head's sink) joins them as the last, its probability then dropped."""
         if head_sink is None and not self.smooth:
-            return self._softmax(xp, scores)
+            return ops.softmax(scores)
+        xp = ops.xp
+        batch, heads, length, _ = scores.shape
         if head_sink is None:
-            sink = xp.zeros((1, scores.shape[1], 1, 1), dtype=xp.float32)
+            sink = xp.zeros((batch, heads, length, 1), dtype=ops.compute)
         else:
-            sink = head_sink.astype(xp.float32).reshape(1, -1, 1, 1)
-        peak = xp.maximum(xp.max(scores, axis=-1, keepdims=True), sink)
-        weights = xp.exp(scores - peak)
-        return weights / (xp.sum(weights, axis=-1, keepdims=True) + xp.exp(sink - peak))
+            sink = xp.broadcast_to(
+                ops.cast(head_sink).reshape(1, -1, 1, 1), (batch, heads, length, 1)
+            )
+        return ops.softmax(xp.concatenate((scores, sink), axis=-1))[..., :-1]
 
 
 DEFS = (OpDef("GroupQueryAttention", 1, GroupQueryAttention, domain=MICROSOFT),)

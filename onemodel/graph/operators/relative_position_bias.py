@@ -5,12 +5,15 @@ Output (1, N, Q, K)[h, i, j] is the table entry of head h for the bucket of the 
 j − (K − Q + i) (the queries are the last Q of the K positions). Buckets follow T5: half of
 them for each sign when bidirectional (else only distances to the past count), exact below
 half the buckets, logarithmic up to max_distance, with the logarithms in float32 as
-onnxruntime's kernel computes them. The table (num_buckets, N) is read head-major, as
-onnxruntime reads it ("COL-major" in its schema): entry (h, b) is element h · num_buckets + b.
+onnxruntime's kernel computes them; exact mode decides T5's logarithmic bucket by integer
+arithmetic instead (`log_bucket_thresholds`), so no library logarithm can move it. The table
+(num_buckets, N) is read head-major, as onnxruntime reads it ("COL-major" in its schema):
+entry (h, b) is element h · num_buckets + b.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,8 +33,29 @@ from onemodel.graph.operators.base import (
 from onemodel.tensors import DType
 
 
+@functools.lru_cache(maxsize=64)
+def log_bucket_thresholds(exact: int, count: int, max_distance: int) -> np.ndarray:
+    """The smallest distance of each logarithmic bucket past the first: with n = count − exact,
+    bucket exact + k (k = 1 … n − 1) starts at the least integer d with d^n ≥ max_distance^k ·
+    exact^(n − k), which is ⌊ln(d / exact) / ln(max_distance / exact) · n⌋ ≥ k in exact real
+    arithmetic (both sides raised to the n-th power), decided on Python integers."""
+    n = count - exact
+    thresholds = []
+    for k in range(1, n):
+        bound = max_distance**k * exact ** (n - k)
+        low, high = 0, max(max_distance, exact)  # high**n ≥ bound
+        while low < high:  # the least d with d**n ≥ bound
+            middle = (low + high) // 2
+            low, high = (middle + 1, high) if middle**n < bound else (low, middle)
+        thresholds.append(low)
+    return np.asarray(thresholds, dtype=np.int64)
+
+
 class RelativePositionBias(Operator):
-    """T5's relative position bias (see the module docstring)."""
+    """T5's relative position bias (see the module docstring). Exact: the same gather, with
+    the logarithmic buckets from `log_bucket_thresholds` (integers, the same everywhere)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -71,13 +95,13 @@ class RelativePositionBias(Operator):
         table = inputs[0]
         (out,) = outputs
         _, heads, queries, keys = out.shape
-        buckets = self._buckets(table.shape[0], queries, keys)
+        buckets = self._buckets(table.shape[0], queries, keys, ctx.exact)
         by_head = table.reshape(heads, table.shape[0])
         out[0] = xp.take(by_head, xp.asarray(buckets.reshape(-1)), axis=1).reshape(
             heads, queries, keys
         )
 
-    def _buckets(self, count: int, queries: int, keys: int) -> np.ndarray:
+    def _buckets(self, count: int, queries: int, keys: int, exact_mode: bool) -> np.ndarray:
         """(Q, K) int64 bucket of each query/key pair."""
         distance = np.arange(keys)[None, :] - np.arange(keys - queries, keys)[:, None]
         buckets = np.zeros(distance.shape, np.int64)
@@ -89,12 +113,23 @@ class RelativePositionBias(Operator):
             distance = -np.minimum(distance, 0)
         exact = count // 2
         small = distance < exact
+        if exact_mode:
+            thresholds = log_bucket_thresholds(exact, count, self.max_distance)
+            large = exact + np.searchsorted(thresholds, distance, side="right")
+        else:
+            large = self._float32_log_buckets(distance, small, exact, count)
+        return buckets + np.where(small, distance, large)
+
+    def _float32_log_buckets(
+        self, distance: np.ndarray, small: np.ndarray, exact: int, count: int
+    ) -> np.ndarray:
+        """exact + ⌊ln(d / exact) / ln(max_distance / exact) · (count − exact)⌋ capped at
+        count − 1, the logarithms and products in float32 (onnxruntime's kernel)."""
         with np.errstate(all="ignore"):
             ratio = np.log(np.where(small, exact, distance).astype(np.float32) / np.float32(exact))
             scale = np.log(np.float32(self.max_distance) / np.float32(exact))
             large = exact + (ratio / scale * np.float32(count - exact)).astype(np.int64)
-        large = np.minimum(large, count - 1)
-        return buckets + np.where(small, distance, large)
+        return np.minimum(large, count - 1)
 
 
 DEFS = (OpDef("RelativePositionBias", 1, RelativePositionBias, domain=MICROSOFT),)
