@@ -35,9 +35,10 @@ from test_ops_strings_ml import (
     with_votes,
 )
 
-from onemodel import ExecutionMode, Session, SessionOptions
+from onemodel import ExecutionMode, Session, SessionError, SessionOptions
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.backends.exact_ml import probit64
+from onemodel.errors import ErrorKind
 from onemodel.graph.importer import model_from_proto
 from onemodel.graph.operators import optable
 
@@ -90,7 +91,7 @@ def _tree_cases() -> dict[str, tuple]:
                 )
                 name = f"regressor-{aggregate}-{targets}-{transform}"
                 cases[name] = ("TreeEnsembleRegressor", 3, attributes, [x], [FLOAT], True)
-        for dtype in (np.float32, np.float64):
+        for dtype in (np.float32, np.float64, np.float16):
             for transform in (0, 3, 4, 1, 2):
                 nodes, votes = random_forest(rng, 6, 4, 3 if transform != 4 else 1)
                 if transform == 4:
@@ -109,7 +110,7 @@ def _tree_cases() -> dict[str, tuple]:
                     attributes,
                     [x.astype(dtype)],
                     [code],
-                    transform not in (1, 2),
+                    transform not in (1, 2) and dtype != np.float16,
                 )
     for classes, transform in [(3, t) for t in ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO")]:
         nodes, votes = random_forest(rng, 6, 4, classes, votes_per_leaf=3)
@@ -212,6 +213,19 @@ def _svm_cases() -> dict[str, tuple]:
                     # onnxruntime's two-class PROBIT scores are [NaN, s]
                     transform in ("NONE", "LOGISTIC") or classes > 2,
                 )
+        for classes, transform in ((2, "NONE"), (3, "SOFTMAX_ZERO"), (4, "LOGISTIC")):
+            pairs = classes * (classes - 1) // 2
+            attributes = {
+                "classlabels_ints": list(range(classes)),
+                "coefficients": rng.normal(size=(classes - 1) * 7).round(3).tolist(),
+                "kernel_params": params, "kernel_type": kernel, "post_transform": transform,
+                "prob_a": (-rng.uniform(0.5, 3, pairs)).tolist(),
+                "prob_b": rng.normal(size=pairs).round(2).tolist(),
+                "rho": rng.normal(size=pairs).round(3).tolist(), "support_vectors": vectors,
+                "vectors_per_class": {2: [3, 4], 3: [2, 3, 2], 4: [2, 2, 2, 1]}[classes],
+            }  # fmt: skip
+            name = f"svc-platt-{kernel}-{classes}-{transform}"
+            cases[name] = ("SVMClassifier", 1, attributes, [x], [INT64, FLOAT], True)
         for one_class in (0, 1):
             attributes = {
                 "coefficients": rng.normal(size=7).round(3).tolist(),
@@ -416,6 +430,29 @@ def test_forest_sums_are_the_exact_sum_whatever_the_order_of_the_trees(backend: 
         "TreeEnsemble", [x], attributes, opset=5, domain=ML, backend=backend, exact=True
     )
     assert _bits(got[:, 0]) == _bits(odd / trees)  # AVERAGE: the sum divided once
+
+
+@pytest.mark.parametrize("weight", [2.0**-1000, 2.0**990, np.inf, 2.0**-900])
+def test_exact_sessions_refuse_forests_whose_weights_the_exact_sum_cannot_take(
+    weight: float,
+) -> None:
+    attributes = dict(
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.5, 0, 0],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], target_treeids=[0, 0],
+        target_nodeids=[1, 2], target_ids=[0, 0], n_targets=1,
+        target_weights_as_tensor=numpy_helper.from_array(np.array([1.0, weight]), "weights"),
+    )  # fmt: skip
+    model = model_from_proto(_one_node_model("TreeEnsembleRegressor", attributes, 1, [FLOAT]))
+    options = SessionOptions(mode=ExecutionMode.EXACT, backend="numpy", outputs_as="numpy")
+    x = np.array([[0.0], [1.0]], np.float32)
+    if weight == 2.0**-900:  # small, but a multiple of 2^-1000: summed exactly
+        (got,) = Session.create(model, options).run(None, {"x": x})
+        assert got[:, 0].tolist() == [1.0, np.float32(weight)]
+        return
+    with pytest.raises(SessionError) as caught:
+        Session.create(model, options)
+    assert caught.value.kind is ErrorKind.EXACT_MODE_UNAVAILABLE
 
 
 # -- SVM kernels -----------------------------------------------------------------------------

@@ -103,3 +103,66 @@ def exact_sums(xp: Any, terms: Array) -> Array:
     if count == 0 or terms.size == 0:
         return xp.zeros(terms.shape[:-1], dtype=xp.float64)
     return odd_sum(xp, terms.reshape(-1, count)).reshape(terms.shape[:-1])
+
+
+# Platt's probabilities are clamped into [1e-7, 1 − 1e-7]; the coupling stops where every
+# |(Qp)_t − pᵀQp| < 0.005 / classes, or after max(100, classes) rounds (libsvm's rules).
+_PAIR_CLAMP = 1e-7
+_COUPLING_ROUNDS = 100
+
+
+def coupled_probabilities(
+    xp: Any, pairs: Array, prob_a: np.ndarray, prob_b: np.ndarray, classes: int,
+    logistic: Any,
+) -> Array:  # fmt: skip
+    """libsvm's class probabilities of one-vs-one scores ([N, pairs] float64, pairs in (i, j)
+    order, i < j): r_ij = 1 − logistic(s·A + B) clamped into [1e-7, 1 − 1e-7], r_ji = 1 − r_ij,
+    then Wu, Lin and Weng's pairwise coupling (libsvm's multiclass_probability, as
+    onnxruntime writes it) from p = 1/k, each row iterating until it meets the stopping rule.
+    Every sum runs in index order from +0, each step one float64 operation: given an exact
+    `logistic` (logistic64), a fixed sequence of correctly rounded operations."""
+    with np.errstate(all="ignore"):
+        rows = pairs.shape[0]
+        value = pairs * xp.asarray(prob_a) + xp.asarray(prob_b)
+        clamped = xp.minimum(xp.maximum(1 - logistic(xp, value), _PAIR_CLAMP), 1 - _PAIR_CLAMP)
+        r = [[None] * classes for _ in range(classes)]
+        index = 0
+        for i in range(classes):
+            for j in range(i + 1, classes):
+                r[i][j], r[j][i] = clamped[:, index], 1 - clamped[:, index]
+                index += 1
+        q = [[None] * classes for _ in range(classes)]
+        for t in range(classes):
+            q[t][t] = xp.zeros(rows)
+            for j in (*range(t), *range(t + 1, classes)):
+                q[t][t] = q[t][t] + r[j][t] * r[j][t]
+            for j in range(t + 1, classes):
+                q[t][j] = q[j][t] = -(r[j][t] * r[t][j])
+        p = [xp.full(rows, 1 / classes) for _ in range(classes)]
+        active = xp.ones(rows, dtype=bool)
+        for _ in range(max(_COUPLING_ROUNDS, classes)):
+            qp = [_ordered_dot(xp, q[t], p) for t in range(classes)]
+            pqp = _ordered_dot(xp, p, qp)
+            error = xp.absolute(qp[0] - pqp)
+            for t in range(1, classes):
+                error = xp.maximum(error, xp.absolute(qp[t] - pqp))
+            active = active & ~(error < 0.005 / classes)
+            if not bool(active.any()):
+                break
+            for t in range(classes):
+                diff = (pqp - qp[t]) / q[t][t]
+                grown = 1 + diff
+                moved = [p[j] + diff if j == t else p[j] for j in range(classes)]
+                pqp_next = (pqp + diff * (diff * q[t][t] + qp[t] * 2)) / grown / grown
+                qp = [xp.where(active, (qp[j] + diff * q[t][j]) / grown, qp[j])
+                      for j in range(classes)]  # fmt: skip
+                p = [xp.where(active, moved[j] / grown, p[j]) for j in range(classes)]
+                pqp = xp.where(active, pqp_next, pqp)
+        return xp.stack(p, axis=1)
+
+
+def _ordered_dot(xp: Any, a: list, b: list) -> Array:
+    total = xp.zeros(a[0].shape)
+    for x, y in zip(a, b, strict=True):
+        total = total + x * y
+    return total

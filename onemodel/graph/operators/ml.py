@@ -26,7 +26,14 @@ import numpy as np
 
 from onemodel.backends.exact_arrays import exp64, ordered_sum
 from onemodel.backends.exact_elementary import pow64, tanh64
-from onemodel.backends.exact_ml import exact_sums, logistic64, probit64, softmax64, summable
+from onemodel.backends.exact_ml import (
+    coupled_probabilities,
+    exact_sums,
+    logistic64,
+    probit64,
+    softmax64,
+    summable,
+)
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
@@ -1308,15 +1315,17 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
     [-s, s] (NONE) or [1 - t, t] (t = s after LOGISTIC or PROBIT). Without support vectors
     (liblinear): X @ coefficients^T + rho[0] per class, post-transformed, the label the top
     score's, except that two classes give the second label when that top score is > 0 (or
-    >= 0.5 when the coefficients are all >= 0). Platt probabilities (prob_a, prob_b) are not
-    implemented."""
+    >= 0.5 when the coefficients are all >= 0). With Platt's prob_a and prob_b (one-vs-one
+    only, as in onnxruntime) the scores are the class probabilities of libsvm's pairwise
+    coupling (`coupled_probabilities`) post-transformed, [N, classes]; the label still the
+    most voted class."""
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.labels_of(node, "classlabels_ints")
         self.kernel_setup(node)
-        if node.attr("prob_a", None):
-            raise node.unsupported("SVMClassifier with probabilities (prob_a, prob_b)")
+        self.prob_a = np.asarray(node.attr("prob_a", []), dtype=np.float64)
+        self.prob_b = np.asarray(node.attr("prob_b", []), dtype=np.float64)
         classes = len(self.labels)
         self.per_class = [int(c) for c in node.attr("vectors_per_class", [])]
         self.all_positive = bool((self.coefficients >= 0).all())
@@ -1335,6 +1344,11 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
                     f"{classes - 1} rows of {count}"
                 )
             self.pair_weights = self._pair_weights(count)
+            if self.prob_a.size and not (self.prob_a.size == self.prob_b.size == len(self.pairs)):
+                raise node.invalid(
+                    f"SVMClassifier has {self.prob_a.size} prob_a and {self.prob_b.size} "
+                    f"prob_b values for {len(self.pairs)} pairs of classes"
+                )
         else:
             if classes == 0 or self.coefficients.size % classes:
                 raise node.invalid(
@@ -1358,7 +1372,7 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         rows = self.check_features(ctx, self.vectors.shape[1])
         columns = len(self.labels)
-        if self.pair_weights is not None:
+        if self.pair_weights is not None and not self.prob_a.size:
             columns = 2 if columns <= 2 else len(self.pairs)
         return [ctx.output(self.label_type, (rows,)), ctx.output(DType.FLOAT, (rows, columns))]
 
@@ -1390,6 +1404,12 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
             votes[:, i] += positive
             votes[:, j] += ~positive
         chosen = votes.argmax(axis=1)
+        if self.prob_a.size:
+            logistic_of = EXACT_POST_TRANSFORMS["LOGISTIC"] if exact else logistic
+            probabilities = coupled_probabilities(
+                xp, scores, self.prob_a, self.prob_b, classes, logistic_of
+            )
+            return chosen, transformed(xp, probabilities, self.transform, exact)
         if classes > 2:
             return chosen, transformed(xp, scores, self.transform, exact)
         s = scores[:, 0] if scores.shape[1] else xp.zeros(scores.shape[0])
