@@ -1405,7 +1405,7 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
             votes[:, j] += ~positive
         chosen = votes.argmax(axis=1)
         if self.prob_a.size:
-            logistic_of = EXACT_POST_TRANSFORMS["LOGISTIC"] if exact else logistic
+            logistic_of = logistic64 if exact else logistic
             probabilities = coupled_probabilities(
                 xp, scores, self.prob_a, self.prob_b, classes, logistic_of
             )
