@@ -432,6 +432,21 @@ def test_forest_sums_are_the_exact_sum_whatever_the_order_of_the_trees(backend: 
     assert _bits(got[:, 0]) == _bits(odd / trees)  # AVERAGE: the sum divided once
 
 
+def test_tree_tests_and_sums_keep_subnormals_on_a_flushing_backend(backend: str) -> None:
+    """x ≤ 2^-149 separates 0, 2^-149 and 2^-148 only if the features keep their subnormal
+    values (CuPy, and the stand-in, flush float32 subnormals in float32 arithmetic)."""
+    tiny = float(np.float32(2.0**-149))
+    weights = np.array([[tiny * 3, 1.0], [tiny, tiny * 5]])
+    features, splits = np.array([0, 0]), np.array([tiny, 0.0])
+    attributes = _stumps(weights, features, splits, np.float32)
+    x = np.array([[0.0], [tiny], [2 * tiny], [-tiny]], np.float32)
+    (got,) = run_node(
+        "TreeEnsemble", [x], attributes, opset=5, domain=ML, backend=backend, exact=True
+    )
+    want = np.array([4 * tiny, 8 * tiny, 1.0, 4 * tiny], np.float32)[:, None]  # 1 + 5·2^-149 → 1
+    assert _bits(got) == _bits(want)
+
+
 @pytest.mark.parametrize("weight", [2.0**-1000, 2.0**990, np.inf, 2.0**-900])
 def test_exact_sessions_refuse_forests_whose_weights_the_exact_sum_cannot_take(
     weight: float,
