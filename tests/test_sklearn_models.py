@@ -117,6 +117,27 @@ def test_svm_classifier_one_vs_one(kernel: str, classes: int, transform: str) ->
     compare("SVMClassifier", attributes, [TensorProto.INT64, TensorProto.FLOAT])
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("classes", [2, 3, 4])
+@pytest.mark.parametrize("transform", ["NONE", "SOFTMAX"])
+def test_svm_classifier_platt_probabilities(kernel: str, classes: int, transform: str) -> None:
+    """prob_a and prob_b: libsvm's pairwise coupling of the pair scores' Platt sigmoids."""
+    pairs = classes * (classes - 1) // 2
+    attributes = {
+        "classlabels_ints": list(range(classes)),
+        "coefficients": RNG.normal(size=(classes - 1) * 7).round(3).tolist(),
+        "kernel_params": KERNELS[kernel],
+        "kernel_type": kernel,
+        "post_transform": transform,
+        "prob_a": (-RNG.uniform(0.5, 3, pairs)).tolist(),
+        "prob_b": RNG.normal(size=pairs).round(2).tolist(),
+        "rho": RNG.normal(size=pairs).round(3).tolist(),
+        "support_vectors": VECTORS.reshape(-1).tolist(),
+        "vectors_per_class": {2: [3, 4], 3: [2, 3, 2], 4: [2, 2, 2, 1]}[classes],
+    }
+    compare("SVMClassifier", attributes, [TensorProto.INT64, TensorProto.FLOAT])
+
+
 @pytest.mark.parametrize("classes", [2, 3])
 def test_svm_classifier_linear(classes: int) -> None:
     attributes = {

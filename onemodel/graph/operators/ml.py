@@ -8,6 +8,11 @@ Scores are computed in float64 and rounded once into the output type, where onnx
 float32 accumulators: results agree to float32 rounding. Where the spec leaves a choice the
 behaviour follows onnxruntime, unless a class's docstring says otherwise. String labels and
 string tensors live on the host (NumPy object arrays) whatever the backend.
+
+Every operator here has an exact kernel (docs/exact-mode.md's ai.onnx.ml rows): the same steps
+from exactly widened inputs, with the products of exact_products, the forests' order-free sums
+and the post transforms of onemodel/backends/exact_ml.py (PROBIT there is the normal quantile,
+not onnxruntime's float32 approximation that fast mode follows).
 """
 
 from __future__ import annotations
@@ -19,7 +24,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from onemodel.backends.exact_arrays import exp64, ordered_extremum, ordered_sum
+from onemodel.backends.exact_arrays import exp64, ordered_sum
+from onemodel.backends.exact_elementary import pow64, tanh64
+from onemodel.backends.exact_ml import (
+    coupled_probabilities,
+    exact_sums,
+    logistic64,
+    probit64,
+    softmax64,
+    summable,
+)
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
@@ -101,28 +115,14 @@ POST_TRANSFORMS: dict[str, Callable[[Any, Array], Array] | None] = {
 }
 
 
-def exact_logistic(xp: Any, v: Array) -> Array:
-    """logistic's formula with exp64 (float64 throughout)."""
-    e = exp64(xp, -xp.absolute(v))
-    return xp.where(v < 0, e / (e + 1), 1 / (e + 1))
-
-
-def exact_softmax(xp: Any, v: Array, zero_scores: bool = False) -> Array:
-    """Softmax's exact recipe along the last axis: the max, exp64(v − max), the ordered sum;
-    with `zero_scores` (SOFTMAX_ZERO) scores with |v| ≤ 1e-7 give 0 and are left out."""
-    axis = v.ndim - 1
-    e = exp64(xp, v - ordered_extremum(xp, v, (axis,), True)[..., None])
-    if zero_scores:
-        e = xp.where(xp.absolute(v) <= 1e-7, 0.0, e)
-    return e / ordered_sum(xp, e, (axis,))[..., None]
-
-
-# Exact mode's post transforms (PROBIT's float32 approximation has none: refused there).
+# Exact mode's post transforms (backends/exact_ml.py; PROBIT is the normal quantile by AS241,
+# not onnxruntime's float32 approximation).
 EXACT_POST_TRANSFORMS: dict[str, Callable[[Any, Array], Array] | None] = {
     "NONE": None,
-    "LOGISTIC": exact_logistic,
-    "SOFTMAX": exact_softmax,
-    "SOFTMAX_ZERO": lambda xp, v: exact_softmax(xp, v, zero_scores=True),
+    "LOGISTIC": logistic64,
+    "SOFTMAX": softmax64,
+    "SOFTMAX_ZERO": lambda xp, v: softmax64(xp, v, zero_scores=True),
+    "PROBIT": probit64,
 }
 
 
@@ -454,6 +454,30 @@ class Forest:
             has |= found.any(axis=1)
         return xp.where(has, total, 0.0), has
 
+    def exact_evaluate(self, xp: Any, x: Array, aggregate: str) -> tuple[Array, Array]:
+        """`evaluate` in exact mode (x: exactly widened float64, so every threshold test is
+        an exact comparison). SUM and AVERAGE: per row and target the exact sum of the
+        weights reached in all trees, rounded to odd at 53 bits (`exact_sums`: order-free);
+        MIN and MAX: a selection, its zero made +0 (which zero is met first cannot matter).
+        Rows go in blocks, each row's trees all at once."""
+        rows, targets, trees = x.shape[0], self.targets, len(self.roots)
+        block = max(1, _GATHER_BUDGET // max(1, trees * targets))
+        values, value_has = xp.asarray(self.leaf_values), xp.asarray(self.leaf_has)
+        roots = xp.asarray(self.roots)
+        totals, present = [xp.zeros((0, targets))], [xp.zeros((0, targets), dtype=bool)]
+        for first in range(0, rows, block):
+            reached = -1 - self._walk(xp, x[first : first + block], roots)
+            found = value_has[reached]  # [n, trees, targets]
+            if aggregate in ("MIN", "MAX"):
+                picked = xp.where(found, values[reached], np.inf if aggregate == "MIN" else -np.inf)
+                step = (picked.min(axis=1) if aggregate == "MIN" else picked.max(axis=1)) + 0.0
+            else:
+                step = exact_sums(xp, xp.moveaxis(values[reached], 1, 2))
+            has = found.any(axis=1)
+            totals.append(xp.where(has, step, 0.0))
+            present.append(has)
+        return xp.concatenate(totals), xp.concatenate(present)
+
     def _walk(self, xp: Any, x: Array, roots: Array) -> Array:
         """The leaf each row reaches in each tree, as `leaf(j)`: [N, trees]."""
         position = xp.broadcast_to(roots, (x.shape[0], roots.size))
@@ -526,7 +550,11 @@ def member_sets(node: NodeInfo, modes: np.ndarray, values: Any) -> tuple[np.ndar
 
 
 class TreeOperator(Operator):
-    """Shared by the tree ensembles: the input check and the evaluation of `self.forest`."""
+    """Shared by the tree ensembles: the input check and the evaluation of `self.forest`.
+    Exact mode: `Forest.exact_evaluate`, then base values, the average's division and the
+    post transform one float64 operation each (EXACT_POST_TRANSFORMS), rounded once."""
+
+    supports_exact = True
 
     forest: Forest
     input_types: ClassVar[frozenset[int]] = NUMBERS
@@ -544,11 +572,23 @@ class TreeOperator(Operator):
             )
         return rows
 
+    def exact_check(self) -> None:
+        """Exact mode takes the forests whose leaf weights `exact_sums` adds (all float32
+        weights; float64 ones but the tiniest and the huge)."""
+        self.supports_exact = summable(self.forest.leaf_values)  # type: ignore[misc]
+
     def scores(self, ctx: RunContext, x: Array, aggregate: str) -> tuple[Array, Array]:
-        xp = ctx.xp
+        xp = self.namespace(ctx)
         rows = 1 if x.ndim == 1 else x.shape[0]
-        features = x.reshape(rows, x.shape[-1]).astype(xp.float64)
-        return self.forest.evaluate(xp, features, aggregate)
+        features = x.reshape(rows, x.shape[-1])
+        if ctx.exact:
+            return self.forest.exact_evaluate(xp, widen(xp, features), aggregate)
+        return self.forest.evaluate(xp, features.astype(xp.float64), aggregate)
+
+    @staticmethod
+    def namespace(ctx: RunContext) -> Any:
+        """The library itself in exact mode (float64 work from exactly widened values)."""
+        return ctx.kernels.xp if ctx.exact else ctx.xp
 
 
 class TreeEnsembleOp(TreeOperator):
@@ -574,6 +614,7 @@ class TreeEnsembleOp(TreeOperator):
         self.transform = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")[transform]
         self.forest = self._forest()
         self.forest.check(node)
+        self.exact_check()
 
     def _forest(self) -> Forest:
         node = self.node
@@ -631,10 +672,11 @@ class TreeEnsembleOp(TreeOperator):
         return [ctx.output(ctx.dtype(0), (rows, self.forest.targets))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
+        xp = self.namespace(ctx)
         scores, _ = self.scores(ctx, inputs[0], self.aggregate)
         if self.aggregate == "AVERAGE":
             scores = scores / len(self.forest.roots)
-        ctx.xp.copyto(outputs[0], transformed(ctx.xp, scores, self.transform), casting="unsafe")
+        store(xp, outputs[0], transformed(xp, scores, self.transform, ctx.exact))
 
 
 def old_forest(node: NodeInfo, prefix: str, targets: int, aggregate: str) -> Forest:
@@ -742,6 +784,7 @@ class TreeEnsembleRegressorOp(TreeOperator):
         targets = int(node.attr("n_targets", 1))
         self.forest = old_forest(node, "target", targets, self.aggregate)
         self.forest.check(node)
+        self.exact_check()
         base = base_values(node)
         self.base = base if len(base) == targets else np.zeros(targets)
 
@@ -749,14 +792,14 @@ class TreeEnsembleRegressorOp(TreeOperator):
         return [ctx.output(DType.FLOAT, (self.check_input(ctx), self.forest.targets))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
+        xp = self.namespace(ctx)
         scores, has = self.scores(ctx, inputs[0], self.aggregate)
         if self.aggregate == "AVERAGE":
             scores = scores / len(self.forest.roots)
         scores = scores + xp.asarray(self.base)
         if self.forest.targets > 1:
             scores = xp.where(has, scores, 0.0)
-        xp.copyto(outputs[0], regression_transformed(xp, scores, self.transform), casting="unsafe")
+        store(xp, outputs[0], regression_transformed(xp, scores, self.transform, ctx.exact))
 
 
 class Classifier(Operator):
@@ -803,6 +846,7 @@ class TreeEnsembleClassifierOp(TreeOperator, Classifier):
         classes = len(self.labels)
         self.forest = old_forest(node, "class", classes, "SUM")
         self.forest.check(node)
+        self.exact_check()
         self.base = base_values(node)
         voted = {int(c) for c in node.attr("class_ids")}
         self.single_class = voted.pop() if classes == 2 and len(voted) == 1 else None
@@ -818,30 +862,30 @@ class TreeEnsembleClassifierOp(TreeOperator, Classifier):
         ]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
+        xp = self.namespace(ctx)
         scores, has = self.scores(ctx, inputs[0], "SUM")
         if self.single_class is not None:
-            chosen, scores = self._single_class(xp, scores[:, self.single_class])
+            chosen, scores = self._single_class(xp, scores[:, self.single_class], ctx.exact)
         else:
             if len(self.base) == len(self.labels):
                 scores, has = scores + xp.asarray(self.base), xp.ones_like(has)
             chosen = xp.where(has, scores, -np.inf).argmax(axis=1)
-            scores = transformed(xp, scores, self.transform)
+            scores = transformed(xp, scores, self.transform, ctx.exact)
         self.write_labels(ctx, chosen, outputs[0], self.labels)
-        xp.copyto(outputs[1], scores, casting="unsafe")
+        store(xp, outputs[1], scores)
 
-    def _single_class(self, xp: Any, s: Array) -> tuple[Array, Array]:
+    def _single_class(self, xp: Any, s: Array, exact: bool) -> tuple[Array, Array]:
         """Labels and scores of a two-class model voting for one class (see the class)."""
         if self.single_class == 0 and len(self.base) == 1:
             s = s + float(self.base[0])
         chosen = (s > (0.5 if self.all_positive else 0.0)).astype(xp.int64)
         if self.single_class == 1:
             pair = xp.stack([xp.zeros_like(s), s], axis=1)
-            return chosen, transformed(xp, pair, self.transform)
+            return chosen, transformed(xp, pair, self.transform, exact)
         if self.transform == "PROBIT":
-            first, second = probit(xp, s), s
+            first, second = transformed(xp, s, "PROBIT", exact), s
         elif self.transform == "LOGISTIC":
-            first, second = logistic(xp, -s), logistic(xp, s)
+            first, second = (transformed(xp, v, "LOGISTIC", exact) for v in (-s, s))
         else:
             first, second = (1 - s if self.all_positive else -s), s
         return chosen, xp.stack([first, second], axis=1)
@@ -851,7 +895,10 @@ class TreeEnsembleClassifierOp(TreeOperator, Classifier):
 
 
 class LinearModel(Operator):
-    """X [N, F] (or [F]) times the coefficients ([targets, F], row-major) plus intercepts."""
+    """X [N, F] (or [F]) times the coefficients ([targets, F], row-major) plus intercepts.
+    Exact mode: `linear`, then the exact post transforms (EXACT_POST_TRANSFORMS)."""
+
+    supports_exact = True
 
     def linear_setup(self, node: NodeInfo, targets: int) -> None:
         self.coefficients = np.asarray(node.attr("coefficients"), dtype=np.float64)
@@ -891,10 +938,6 @@ class LinearModel(Operator):
             product = features.astype(xp.float64) @ coefficients
         return product + xp.asarray(self.intercepts)
 
-    def exact_allowed(self) -> None:
-        """Exact mode takes every post_transform but PROBIT (a float32 approximation)."""
-        self.supports_exact = self.transform != "PROBIT"  # type: ignore[misc]
-
 
 class LinearRegressorOp(LinearModel):
     """float [N, targets] = X @ coefficients^T + intercepts, then the post_transform (PROBIT
@@ -904,7 +947,6 @@ class LinearRegressorOp(LinearModel):
         super().__init__(node)
         self.linear_setup(node, int(node.attr("targets", 1)))
         self.transform = post_transform_of(node, node.attr("post_transform", "NONE"))
-        self.exact_allowed()
 
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         rows = self.check_features(ctx)
@@ -931,7 +973,6 @@ class LinearClassifierOp(LinearModel, Classifier):
         count = len(intercepts) if intercepts else len(self.labels)
         self.linear_setup(node, count)
         self.transform = post_transform_of(node, node.attr("post_transform", "NONE"))
-        self.exact_allowed()
         self.binary = count == 1
         if (self.binary and len(self.labels) != 2) or (
             not self.binary and len(self.labels) != count
@@ -1134,8 +1175,10 @@ class ImputerOp(Operator):
 class SupportVectorModel(Operator):
     """Shared by SVMClassifier and SVMRegressor: kernel_params [gamma, coef0, degree] and the
     kernel of kernel_type between the rows of X and a matrix of vectors (float64 here; onnxruntime
-    computes in float32)."""
+    computes in float32). Exact mode: `exact_kernel_matrix`, the weighted sums of the kernels
+    by `weighted`, then the post transforms of EXACT_POST_TRANSFORMS, rounded once."""
 
+    supports_exact = True
     KERNELS: ClassVar[tuple[str, ...]] = ("LINEAR", "POLY", "RBF", "SIGMOID")
 
     def kernel_setup(self, node: NodeInfo) -> None:
@@ -1173,8 +1216,11 @@ class SupportVectorModel(Operator):
             )
         return rows
 
-    def kernel_matrix(self, xp: Any, x: Array, vectors: np.ndarray, kernel: str) -> Array:
+    def kernel_matrix(self, ctx: RunContext, x: Array, vectors: np.ndarray, kernel: str) -> Array:
         """[N, V]: kernel(x_n, vector_v)."""
+        if ctx.exact:
+            return self.exact_kernel_matrix(ctx, x, vectors, kernel)
+        xp = ctx.xp
         rows = 1 if x.ndim == 1 else x.shape[0]
         features = x.reshape(rows, x.shape[-1]).astype(xp.float64)
         v = xp.asarray(vectors)
@@ -1188,6 +1234,40 @@ class SupportVectorModel(Operator):
         if kernel == "SIGMOID":
             return xp.tanh(self.gamma * dot + self.coef0)
         return dot
+
+    def exact_kernel_matrix(
+        self, ctx: RunContext, x: Array, vectors: np.ndarray, kernel: str
+    ) -> Array:
+        """kernel_matrix in exact mode, float64 from exactly widened X: the dot products by
+        working_product (X rounded to float32, each the exact dot product rounded once into
+        float32; float64 X: the ordered float64 sum over the features); POLY pow64(γ·d + c₀,
+        degree), SIGMOID tanh64(γ·d + c₀); RBF exp64(−(γ·s)) with s the float64 sum from +0
+        over the features in order of (x_f − v_f)·(x_f − v_f)."""
+        xp = ctx.kernels.xp
+        rows = 1 if x.ndim == 1 else x.shape[0]
+        features = widen(xp, x.reshape(rows, x.shape[-1]))
+        v = xp.asarray(vectors)
+        if kernel == "RBF":
+            squares = xp.zeros((rows, v.shape[0]))
+            for f in range(v.shape[1]):
+                difference = features[:, f : f + 1] - v[:, f]
+                squares += difference * difference
+            return exp64(xp, -(squares * self.gamma))
+        dot = working_product(ctx.kernels, x.dtype)(features, v.T)
+        if kernel == "LINEAR":
+            return dot
+        base = dot * self.gamma + self.coef0
+        if kernel == "POLY":
+            return pow64(xp, base, xp.full(base.shape, self.degree))
+        return tanh64(xp, base)
+
+    def weighted(self, ctx: RunContext, kernels: Array, weights: np.ndarray, x: Array) -> Array:
+        """kernels @ weights ([N, V] by [V, S]); exact mode: working_product for X's type
+        (the kernels rounded to float32, each score the exact dot product rounded once into
+        float32; float64 X: the ordered float64 sum over the vectors)."""
+        if ctx.exact:
+            return working_product(ctx.kernels, x.dtype)(kernels, ctx.kernels.xp.asarray(weights))
+        return kernels @ ctx.xp.asarray(weights)
 
 
 class SVMRegressorOp(SupportVectorModel):
@@ -1216,12 +1296,13 @@ class SVMRegressorOp(SupportVectorModel):
         return [ctx.output(DType.FLOAT, (rows, 1))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
-        kernels = self.kernel_matrix(xp, inputs[0], self.vectors, self.kernel)
-        scores = kernels @ xp.asarray(self.coefficients)[:, None] + float(self.rho[0])
+        xp = ctx.kernels.xp if ctx.exact else ctx.xp
+        kernels = self.kernel_matrix(ctx, inputs[0], self.vectors, self.kernel)
+        scores = self.weighted(ctx, kernels, self.coefficients[:, None], inputs[0])
+        scores = scores + float(self.rho[0])
         if self.one_class:
             scores = xp.where(scores > 0, 1.0, -1.0)
-        xp.copyto(outputs[0], regression_transformed(xp, scores, self.transform), casting="unsafe")
+        store(xp, outputs[0], regression_transformed(xp, scores, self.transform, ctx.exact))
 
 
 class SVMClassifierOp(SupportVectorModel, Classifier):
@@ -1234,15 +1315,17 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
     [-s, s] (NONE) or [1 - t, t] (t = s after LOGISTIC or PROBIT). Without support vectors
     (liblinear): X @ coefficients^T + rho[0] per class, post-transformed, the label the top
     score's, except that two classes give the second label when that top score is > 0 (or
-    >= 0.5 when the coefficients are all >= 0). Platt probabilities (prob_a, prob_b) are not
-    implemented."""
+    >= 0.5 when the coefficients are all >= 0). With Platt's prob_a and prob_b (one-vs-one
+    only, as in onnxruntime) the scores are the class probabilities of libsvm's pairwise
+    coupling (`coupled_probabilities`) post-transformed, [N, classes]; the label still the
+    most voted class."""
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.labels_of(node, "classlabels_ints")
         self.kernel_setup(node)
-        if node.attr("prob_a", None):
-            raise node.unsupported("SVMClassifier with probabilities (prob_a, prob_b)")
+        self.prob_a = np.asarray(node.attr("prob_a", []), dtype=np.float64)
+        self.prob_b = np.asarray(node.attr("prob_b", []), dtype=np.float64)
         classes = len(self.labels)
         self.per_class = [int(c) for c in node.attr("vectors_per_class", [])]
         self.all_positive = bool((self.coefficients >= 0).all())
@@ -1261,6 +1344,11 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
                     f"{classes - 1} rows of {count}"
                 )
             self.pair_weights = self._pair_weights(count)
+            if self.prob_a.size and not (self.prob_a.size == self.prob_b.size == len(self.pairs)):
+                raise node.invalid(
+                    f"SVMClassifier has {self.prob_a.size} prob_a and {self.prob_b.size} "
+                    f"prob_b values for {len(self.pairs)} pairs of classes"
+                )
         else:
             if classes == 0 or self.coefficients.size % classes:
                 raise node.invalid(
@@ -1284,29 +1372,30 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
     def infer(self, ctx: InferContext) -> list[TensorSpec]:
         rows = self.check_features(ctx, self.vectors.shape[1])
         columns = len(self.labels)
-        if self.pair_weights is not None:
+        if self.pair_weights is not None and not self.prob_a.size:
             columns = 2 if columns <= 2 else len(self.pairs)
         return [ctx.output(self.label_type, (rows,)), ctx.output(DType.FLOAT, (rows, columns))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
-        xp = ctx.xp
-        kernels = self.kernel_matrix(xp, inputs[0], self.vectors, self.kernel)
+        xp, exact = (ctx.kernels.xp if ctx.exact else ctx.xp), ctx.exact
+        kernels = self.kernel_matrix(ctx, inputs[0], self.vectors, self.kernel)
         if self.pair_weights is None:
-            chosen, scores = self._linear(xp, kernels + float(self.rho[0]))
+            chosen, scores = self._linear(xp, kernels + float(self.rho[0]), exact)
         else:
-            chosen, scores = self._one_vs_one(xp, kernels @ xp.asarray(self.pair_weights))
+            pairs = self.weighted(ctx, kernels, self.pair_weights, inputs[0])
+            chosen, scores = self._one_vs_one(xp, pairs, exact)
         self.write_labels(ctx, chosen, outputs[0], self.labels)
-        xp.copyto(outputs[1], scores, casting="unsafe")
+        store(xp, outputs[1], scores)
 
-    def _linear(self, xp: Any, scores: Array) -> tuple[Array, Array]:
+    def _linear(self, xp: Any, scores: Array, exact: bool) -> tuple[Array, Array]:
         chosen = scores.argmax(axis=1)
         if len(self.labels) == 2:
             top = scores.max(axis=1)
             second = top >= 0.5 if self.all_positive else top > 0
             chosen = xp.where(second, 1, chosen)
-        return chosen, transformed(xp, scores, self.transform)
+        return chosen, transformed(xp, scores, self.transform, exact)
 
-    def _one_vs_one(self, xp: Any, scores: Array) -> tuple[Array, Array]:
+    def _one_vs_one(self, xp: Any, scores: Array, exact: bool) -> tuple[Array, Array]:
         scores = scores + xp.asarray(self.rho[: len(self.pairs)])
         classes = len(self.labels)
         votes = xp.zeros((scores.shape[0], classes), dtype=xp.int64)
@@ -1315,13 +1404,19 @@ class SVMClassifierOp(SupportVectorModel, Classifier):
             votes[:, i] += positive
             votes[:, j] += ~positive
         chosen = votes.argmax(axis=1)
+        if self.prob_a.size:
+            logistic_of = logistic64 if exact else logistic
+            probabilities = coupled_probabilities(
+                xp, scores, self.prob_a, self.prob_b, classes, logistic_of
+            )
+            return chosen, transformed(xp, probabilities, self.transform, exact)
         if classes > 2:
-            return chosen, transformed(xp, scores, self.transform)
+            return chosen, transformed(xp, scores, self.transform, exact)
         s = scores[:, 0] if scores.shape[1] else xp.zeros(scores.shape[0])
         if self.transform == "NONE":
             return chosen, xp.stack([-s, s], axis=1)
         if self.transform in ("LOGISTIC", "PROBIT"):
-            s = transformed(xp, s, self.transform)
+            s = transformed(xp, s, self.transform, exact)
         return chosen, xp.stack([1 - s, s], axis=1)
 
 
