@@ -1,7 +1,7 @@
-"""Exact mode's fused LSTM loop (backends/exact_recurrent.py) against the step-by-step formulas
-it replaces (LSTMOp.step, with `exact_loop` turned off): the same bits on every output, also
-where gates saturate, states are huge, zero or subnormal, inputs hold inf or NaN, and on the
-flushing checked-device stand-in."""
+"""Exact mode's fused RNN, GRU and LSTM loops (backends/exact_recurrent.py) against the
+step-by-step formulas they replace (`step`, with `exact_loop` turned off): the same bits on every
+output, also where gates saturate, states are huge, zero or subnormal, inputs hold inf or NaN,
+for both GRU forms, and on the flushing checked-device stand-in; and the loops do run."""
 
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import math
 import numpy as np
 import pytest
 
-from onemodel.backends import exact_gemm
-from onemodel.graph.operators.recurrent import LSTMOp
+from onemodel.backends import exact_gemm, exact_recurrent
+from onemodel.graph.operators.recurrent import Recurrent
 from tests.operator_harness import run_node
 from tests.test_exact_operators import assert_bits, canonical
 
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
-def _case(name: str) -> tuple[list, dict]:
-    """(inputs, attributes) of one LSTM node."""
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+
+def _case(op: str, name: str) -> tuple[list, dict]:
+    """(inputs, attributes) of one node."""
+    rng = np.random.default_rng(abs(hash((op, name))) % 2**32)
     seq, batch, width, hidden, directions = 6, 3, 5, 8, 1
+    gates = _GATES[op]
     attributes: dict = {}
     scale = 1.0
     if name == "one_entry":
@@ -31,13 +34,15 @@ def _case(name: str) -> tuple[list, dict]:
         attributes = {"direction": "reverse"}
     if name == "saturated":
         scale = 400.0  # pre-activations beyond ±746 and every tanh at ±1
+    if op == "GRU" and name != "reset_after":
+        attributes["linear_before_reset"] = 1
     attributes["hidden_size"] = hidden
     x = rng.standard_normal((seq, batch, width)) * scale
     if name == "subnormal_states":
         x *= 1e-40
-    w = rng.standard_normal((directions, 4 * hidden, width))
-    r = rng.standard_normal((directions, 4 * hidden, hidden)) * 0.5
-    b = rng.standard_normal((directions, 8 * hidden))
+    w = rng.standard_normal((directions, gates * hidden, width))
+    r = rng.standard_normal((directions, gates * hidden, hidden)) * 0.5
+    b = rng.standard_normal((directions, 2 * gates * hidden))
     state = (directions, batch, hidden)
     h0 = rng.standard_normal(state) * (1e-39 if name == "subnormal_states" else 1.0)
     c0 = rng.standard_normal(state) * (1e30 if name == "saturated" else 1.0)
@@ -52,34 +57,51 @@ def _case(name: str) -> tuple[list, dict]:
         x, h0, c0 = x.transpose(1, 0, 2), h0.transpose(1, 0, 2), c0.transpose(1, 0, 2)
     lengths = np.full(batch, seq, dtype=np.int32)
     dtype = np.float16 if name == "float16" else np.float32
-    inputs = (
-        [a.astype(dtype) for a in (x, w, r, b)] + [lengths] + [a.astype(dtype) for a in (h0, c0)]
-    )
-    return inputs, attributes
+    initial = (h0, c0) if op == "LSTM" else (h0,)
+    inputs = [a.astype(dtype) for a in (x, w, r, b)] + [lengths]
+    return inputs + [a.astype(dtype) for a in initial], attributes
 
 
 CASES = [
     "plain", "one_entry", "bidirectional_layout", "reverse", "saturated", "subnormal_states",
-    "non_finite", "nan_input", "zero_states", "float16",
+    "non_finite", "nan_input", "zero_states", "float16", "reset_after",
 ]  # fmt: skip
+# Where every product decides its elements, the loop runs to the end.
+_LOOPED = {"plain", "one_entry", "bidirectional_layout", "reverse", "float16", "reset_after"}
 
 
 @pytest.mark.parametrize("backend", ["numpy", "checked-device"])
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize(
+    ("op", "name"),
+    [(op, name) for op in sorted(_GATES) for name in CASES if op == "GRU" or name != "reset_after"],
+)
 def test_fused_loop_gives_the_step_by_step_bits(
-    name: str, backend: str, monkeypatch: pytest.MonkeyPatch
+    op: str, name: str, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inputs, attributes = _case(name)
-    fused = run_node("LSTM", inputs, attributes, opset=14, outputs=3, backend=backend, exact=True)
-    monkeypatch.setattr(LSTMOp, "exact_loop", lambda self, *args: None)
-    steps = run_node("LSTM", inputs, attributes, opset=14, outputs=3, backend=backend, exact=True)
+    inputs, attributes = _case(op, name)
+    outputs = 3 if op == "LSTM" else 2
+    finished = []
+    run = exact_recurrent._Loop.run
+
+    def counted(self, *args):  # whether each direction's loop ran to the end
+        result = run(self, *args)
+        finished.append(result is not None)
+        return result
+
+    monkeypatch.setattr(exact_recurrent._Loop, "run", counted)
+    fused = run_node(op, inputs, attributes, opset=14, outputs=outputs, backend=backend, exact=True)
+    assert finished, "the fused loop did not run"
+    if name in _LOOPED:
+        assert all(finished), finished
+    monkeypatch.setattr(Recurrent, "exact_loop", lambda self, *args: None)
+    steps = run_node(op, inputs, attributes, opset=14, outputs=outputs, backend=backend, exact=True)
     for index, (got, want) in enumerate(zip(fused, steps, strict=True)):
         if got.dtype == np.float32:
             got, want = canonical(got), canonical(want)
         else:  # NaN payloads are the runtime's to rewrite
             got, want = got.copy(), want.copy()
             got[np.isnan(got)] = want[np.isnan(want)] = np.nan
-        assert_bits(got, want, f"{name} output {index}")
+        assert_bits(got, want, f"{op} {name} output {index}")
 
 
 def test_fsum_exact_path_rounds_to_odd_as_odd_sum() -> None:
