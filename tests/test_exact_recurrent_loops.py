@@ -8,11 +8,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import pytest
 
+from onemodel import ExecutionMode, Session, SessionOptions
 from onemodel.backends import exact_gemm, exact_recurrent
+from onemodel.graph.importer import model_from_proto
+from onemodel.graph.operators import recurrent
 from onemodel.graph.operators.recurrent import Recurrent
-from tests.operator_harness import run_node
+from tests.operator_harness import one_node_model, run_node
+from tests.test_exact_layers import _recipe
 from tests.test_exact_operators import assert_bits, canonical
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -102,6 +107,51 @@ def test_fused_loop_gives_the_step_by_step_bits(
             got, want = got.copy(), want.copy()
             got[np.isnan(got)] = want[np.isnan(want)] = np.nan
         assert_bits(got, want, f"{op} {name} output {index}")
+
+
+@pytest.mark.parametrize(
+    ("op_type", "linear_before_reset"), [("LSTM", 0), ("GRU", 0), ("GRU", 1), ("RNN", 0)]
+)
+def test_constant_weights_take_the_loop_prepared_once_per_plan(
+    op_type: str, linear_before_reset: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W, R and B as initializers: R is prepared for the loop when the plan is made, and the
+    outputs are docs/exact-mode.md's recipe written out step by step (test_exact_layers)."""
+    rng = np.random.default_rng(11)
+    seq, batch, width, hidden, gates = 7, 2, 5, 12, _GATES[op_type]
+
+    def f32(*shape: int, scale: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    x, w = f32(seq, batch, width, scale=2.0), f32(1, gates * hidden, width, scale=0.7)
+    r, b = f32(1, gates * hidden, hidden, scale=0.6), f32(1, 2 * gates * hidden, scale=0.3)
+    attributes = {"hidden_size": hidden}
+    if op_type == "GRU":
+        attributes["linear_before_reset"] = linear_before_reset
+    outputs = 3 if op_type == "LSTM" else 2
+    model, feeds = one_node_model(op_type, [x, w, r, b], attributes, opset=14, outputs=outputs)
+    constants = {"in1": w, "in2": r, "in3": b}
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(v, k) for k, v in constants.items())
+    kept = [i for i in model.graph.input if i.name not in constants]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    prepared, finished = [], []
+    matrix, run = recurrent.loop_matrix, exact_recurrent._Loop.run
+    monkeypatch.setattr(recurrent, "loop_matrix", lambda *a: prepared.append(1) or matrix(*a))
+    monkeypatch.setattr(
+        exact_recurrent._Loop, "run", lambda self, *a: finished.append(1) or run(self, *a)
+    )
+    want = _recipe(op_type, x, w, r, b, linear_before_reset)
+    for backend in ("numpy", "checked-device"):
+        prepared.clear()
+        options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend, outputs_as="numpy")
+        session = Session.create(model_from_proto(model), options)
+        for _ in range(2):  # the plan's prepared matrices serve every run
+            got = session.run(None, {"in0": feeds["in0"]})
+            for index, (result, wanted) in enumerate(zip(got, want, strict=True)):
+                assert_bits(result, wanted, f"{op_type} output {index} on {backend}")
+        assert len(prepared) == (2 if (op_type, linear_before_reset) == ("GRU", 0) else 1)
+    assert len(finished) == 4
 
 
 def test_fsum_exact_path_rounds_to_odd_as_odd_sum() -> None:

@@ -191,6 +191,19 @@ class _Loop:
     def step(self, row: Array) -> bool:
         raise NotImplementedError
 
+    def product_into(self, product: RowProduct, rows: Array, target: Array) -> bool:
+        """target = the float32 product of `rows`, widened (a float32 operand makes an
+        addition 1.5 times dearer than the widening and a float64 addition); False where the
+        product leaves its elements to the step-by-step formulas."""
+        value = product(rows)
+        if value is None:
+            return False
+        if self.xp is np:
+            np.copyto(target, value)
+        else:
+            target[...] = widen(self.xp, value)
+        return True
+
     def run(
         self, projected: Array, states: Sequence[Array], backward: bool, y: Array | None
     ) -> tuple[Array, ...] | None:
@@ -262,10 +275,9 @@ class ExactLSTM(_Loop):
 
     def step(self, row: Array) -> bool:
         xp = self.xp
-        value = self.product(self.operand)
-        if value is None:
+        if not self.product_into(self.product, self.operand, self.gates):
             return False
-        xp.add(row, value if xp is np else widen(xp, value), self.gates)
+        xp.add(row, self.gates, self.gates)
         self.gate_functions()
         xp.multiply(self.i_f, self.candidate_cell, self.terms)
         xp.add(self.forget_term, self.input_term, self.cell)  # c = f·c + i·g
@@ -290,10 +302,12 @@ class ExactGRU(_Loop):
         h = hidden
         self.products = [RowProduct(xp, matrix, batch) for matrix in recurrence]
         self.bias = bias  # linear_before_reset's Rb_h, or None (two products)
+        self.value = self.buffer(3 * h if bias is not None else 2 * h)  # the product h·Rᵀ
+        self.value_gates, self.value_hidden = self.value[:, : 2 * h], self.value[:, 2 * h :]
         self.gates = self.buffer(2 * h)  # −z, −r
         self.zr = self.buffer(2 * h)
         self.z, self.r = self.zr[:, :h], self.zr[:, h:]
-        self.hidden_gate = self.buffer(h)  # r·(h·R_hᵀ + Rb_h), or r·h
+        self.hidden_gate = self.buffer(h)  # r·(h·R_hᵀ + Rb_h), or r·h then (r·h)·R_hᵀ
         self.candidate_in = self.buffer(h)
         self.candidate = self.buffer(h)
         self.difference = self.buffer(h)
@@ -303,25 +317,19 @@ class ExactGRU(_Loop):
 
     def step(self, row: Array) -> bool:
         xp, h = self.xp, self.hidden
-        value = self.products[0](self.operand)
-        if value is None:
+        if not self.product_into(self.products[0], self.operand, self.value):
             return False
-        if xp is not np:
-            value = widen(xp, value)
-        xp.add(row[:, : 2 * h], value[:, : 2 * h], self.gates)
+        xp.add(row[:, : 2 * h], self.value_gates, self.gates)
         self.gate_functions()
         hidden = self.hidden_gate
         if self.bias is not None:  # linear_before_reset: r·(h·R_hᵀ + Rb_h)
-            xp.add(value[:, 2 * h :], self.bias, hidden)
+            xp.add(self.value_hidden, self.bias, hidden)
             xp.multiply(self.r, hidden, hidden)
         else:  # (r·h)·R_hᵀ, r·h rounded to float32
             xp.multiply(self.r, self.state, hidden)
             float32_rows_into(xp, hidden, self.reset_rows)
-            hidden = self.products[1](self.reset_rows)
-            if hidden is None:
+            if not self.product_into(self.products[1], self.reset_rows, hidden):
                 return False
-            if xp is not np:
-                hidden = widen(xp, hidden)
         xp.add(row[:, 2 * h :], hidden, self.candidate_in)
         self.candidate_function()
         xp.subtract(self.state, self.candidate, self.difference)
@@ -343,9 +351,8 @@ class ExactRNN(_Loop):
 
     def step(self, row: Array) -> bool:
         xp = self.xp
-        value = self.product(self.operand)
-        if value is None:
+        if not self.product_into(self.product, self.operand, self.gates):
             return False
-        xp.add(row, value if xp is np else widen(xp, value), self.gates)
+        xp.add(row, self.gates, self.gates)
         self.function()
         return True
