@@ -211,11 +211,13 @@ class _Loop:
         gate order) from the initial states ([B, H] float64), writing each h rounded once into
         y [T, B, H] when given; the final states, or None (see the module's docstring)."""
         xp, hidden = self.xp, self.hidden
-        if any(b != k or sign < 0 for k, (b, sign) in enumerate(self.blocks)):
-            order = [b for b, _ in self.blocks]
-            signs = xp.asarray([s for _, s in self.blocks])[:, None]
-            blocks = projected.reshape(*projected.shape[:2], -1, hidden)[:, :, order]
-            projected = (blocks * signs).reshape(projected.shape)  # exact
+        blocks = projected.reshape(*projected.shape[:2], -1, hidden)  # the loop's gate order
+        order = [b for b, _ in self.blocks]
+        if order != sorted(order):
+            blocks = blocks[:, :, order]
+        if any(sign < 0 for _, sign in self.blocks):
+            blocks = blocks * xp.asarray([s for _, s in self.blocks])[:, None]  # exact
+        projected = blocks.reshape(projected.shape)
         rows = list(projected)
         self.start(states)
         self.round_state(None)
