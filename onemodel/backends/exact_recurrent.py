@@ -27,7 +27,7 @@ of a few hundred elements costs:
 An LSTM step is then 109 array calls (the product and its test 8, its widening and the
 gates' addition 2, the gates' sigmoids and tanh 49, the cell 2, its tanh 45, h 1, the rounding
 2; the step-by-step formulas take about 145 and their temporaries), a GRU step 101 with
-linear_before_reset (112 without: a second product), an RNN step 57. Where a product leaves
+linear_before_reset (111 without: a second product), an RNN step 57. Where a product leaves
 elements open and its rows are not finite (an inf or NaN state), `run` returns None and the
 caller runs the step-by-step formulas instead.
 """
