@@ -12,8 +12,9 @@ are float32 values already), each element rounded once into float32 and widened
 product), the activations by their exact float64 formulas (exact_activations.py), the sums and
 products of the cell equations as written below, each one correctly rounded float64 operation
 in that order; Y, Y_h and Y_c are rounded once from the float64 states, which carry over from
-step to step unrounded. LSTM with the default activations computes the same bits by a fused
-loop (`exact_loop`: backends/exact_recurrent.py), whose cost is its number of array calls.
+step to step unrounded. With the default activations (LSTM: and no peepholes or input_forget)
+the same bits come from a fused loop (`exact_loop`: backends/exact_recurrent.py), whose cost is
+its number of array calls.
 
 `sequence_lens` gives each batch entry its own length L ≤ seq_length: its steps from L on are
 zero in Y and leave the state alone, so Y_h (and Y_c) hold the state after its last valid step
@@ -35,7 +36,15 @@ from onemodel.backends import exact_activations
 from onemodel.backends import recurrent as recurrent_cells
 from onemodel.backends.exact_elementary import expm1_64, sigmoid_and_tanh64, tanh64
 from onemodel.backends.exact_gemm import ExactOperand
-from onemodel.backends.exact_recurrent import ExactLSTM, lstm_matrix
+from onemodel.backends.exact_recurrent import (
+    GRU_BLOCKS,
+    LSTM_BLOCKS,
+    RNN_BLOCKS,
+    ExactGRU,
+    ExactLSTM,
+    ExactRNN,
+    loop_matrix,
+)
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
@@ -315,8 +324,19 @@ class Recurrent(PreparesConstants):
         return tuple(prepared)
 
     def exact_loop_matrix(self, xp: Any, recurrence: ExactOperand) -> Any:
-        """Rᵀ prepared as `exact_loop` multiplies it, or None where it has no fused loop."""
-        return None
+        """Rᵀ prepared as `exact_loop` multiplies it (once per plan), or None where the fused
+        loop cannot run: not `fusable`, peepholes, a non-finite R."""
+        if not self.fusable or self._named(_P) or recurrence.values is not None:
+            return None
+        return self.loop_matrices(xp, recurrence)
+
+    def loop_matrices(self, xp: Any, recurrence: ExactOperand) -> Any:
+        """A finite prepared Rᵀ as the fused loop multiplies it (`loop_matrix`)."""
+        raise NotImplementedError
+
+    def loop_cells(self, xp: Any, matrices: Any, batch: int, weights: DirectionWeights) -> Any:
+        """The fused loop of one direction and run (backends/exact_recurrent.py)."""
+        raise NotImplementedError
 
     def _named(self, index: int) -> bool:
         """Whether the node names input `index` (an optional input may be left out)."""
@@ -442,8 +462,19 @@ class Recurrent(PreparesConstants):
         y: Array | None,
     ) -> tuple[Array, ...] | None:
         """Exact mode's fused time loop, the same bits as `step` step by step in fewer array
-        calls (LSTMOp: backends/exact_recurrent.py), or None: run `step` instead."""
-        return None
+        calls (backends/exact_recurrent.py), or None: run `step` instead. It runs with the
+        default activations, no clip, no peepholes and float32 products of a finite R."""
+        recurrence = weights.recurrence
+        if (
+            not weights.exact_defaults
+            or weights.peepholes is not None
+            or not isinstance(recurrence, ExactOperand)
+            or recurrence.values is not None
+        ):
+            return None
+        matrices = weights.loop if weights.loop is not None else self.loop_matrices(xp, recurrence)
+        cells = self.loop_cells(xp, matrices, state[0].shape[0], weights)
+        return cells.run(projected, state, backward, y)
 
     def _run_fused(
         self,
@@ -515,15 +546,16 @@ class Recurrent(PreparesConstants):
         size = self.gates * inputs[_R].shape[2]
         bias = _optional(inputs, _B)
         peepholes = _optional(inputs, _P)
-        recurrence = cast(inputs[_R][d])
         activations = self.activations[d]
-        if prepared is not None:
-            operand = prepared.recurrence
+        if prepared is not None:  # exact mode's constant R, prepared once per plan
+            operand, work = prepared.recurrence, xp.float64
         else:
+            recurrence = cast(inputs[_R][d])
             operand = recurrence.T if prepare is None else prepare(recurrence.T)
+            work = recurrence.dtype
         return DirectionWeights(
             operand,
-            xp.zeros(size, dtype=recurrence.dtype) if bias is None else cast(bias[d, size:]),
+            xp.zeros(size, dtype=work) if bias is None else cast(bias[d, size:]),
             None if peepholes is None else cast(peepholes[d]),
             tuple(a.exact() for a in activations) if exact else activations,
             matmul,
@@ -557,6 +589,12 @@ class RNNOp(Recurrent):
         (h,) = state
         (f,) = weights.activations
         return (f(xp, self.clipped(xp, projected + weights.matmul(h, weights.recurrence))),)
+
+    def loop_matrices(self, xp: Any, recurrence: ExactOperand) -> Any:
+        return loop_matrix(xp, recurrence, RNN_BLOCKS)
+
+    def loop_cells(self, xp: Any, matrices: Any, batch: int, weights: DirectionWeights) -> Any:
+        return ExactRNN(xp, matrices, batch)
 
 
 class GRUOp(Recurrent):
@@ -594,6 +632,17 @@ class GRUOp(Recurrent):
         candidate = g(xp, self.clipped(xp, projected[:, 2 * size :] + hidden))
         return (candidate + z * (h - candidate),)  # (1 − z)·candidate + z·h
 
+    def loop_matrices(self, xp: Any, recurrence: ExactOperand) -> Any:
+        """One Rᵀ with linear_before_reset; else R_zrᵀ and R_hᵀ, the two products' operands."""
+        if self.linear_before_reset:
+            return (loop_matrix(xp, recurrence, GRU_BLOCKS),)
+        return tuple(loop_matrix(xp, recurrence, part) for part in (GRU_BLOCKS[:2], GRU_BLOCKS[2:]))
+
+    def loop_cells(self, xp: Any, matrices: Any, batch: int, weights: DirectionWeights) -> Any:
+        hidden = weights.bias.shape[0] // 3
+        bias = weights.bias[2 * hidden :] if self.linear_before_reset else None
+        return ExactGRU(xp, matrices, batch, bias)
+
 
 class LSTMOp(Recurrent):
     """Gates i, o, f, c with optional peepholes P (i, o, f); `input_forget` couples f = 1 - i."""
@@ -608,25 +657,11 @@ class LSTMOp(Recurrent):
         self.input_forget = bool(node.attr("input_forget", 0))
         self.fusable = self.fusable and not self.input_forget
 
-    def exact_loop(self, xp, projected, state, weights, backward, y):
-        """With the default activations, no clip, no peepholes and float32 products of a
-        finite R: ExactLSTM."""
-        recurrence = weights.recurrence
-        if (
-            not weights.exact_defaults
-            or weights.peepholes is not None
-            or not isinstance(recurrence, ExactOperand)
-            or recurrence.values is not None
-        ):
-            return None
-        matrix = weights.loop if weights.loop is not None else lstm_matrix(xp, recurrence)
-        cells = ExactLSTM(xp, matrix, state[0].shape[0])
-        return cells.run(projected, state[0], state[1], backward, y)
+    def loop_matrices(self, xp: Any, recurrence: ExactOperand) -> Any:
+        return loop_matrix(xp, recurrence, LSTM_BLOCKS)
 
-    def exact_loop_matrix(self, xp, recurrence):
-        if not self.fusable or self._named(_P) or recurrence.values is not None:
-            return None
-        return lstm_matrix(xp, recurrence)
+    def loop_cells(self, xp: Any, matrices: Any, batch: int, weights: DirectionWeights) -> Any:
+        return ExactLSTM(xp, matrices, batch)
 
     def step(
         self, xp: Any, projected: Array, state: tuple[Array, ...], weights: DirectionWeights
