@@ -1,7 +1,7 @@
 """The fused fast-mode cells of backends/recurrent.py on their own: against the ONNX cell
 equations in float64, for one batch entry (a gemv per step after one projection GEMM) and a
-batch (one GEMM per step over [h; x_t; 1]), and their calls per step, which are the point of
-the layout."""
+batch (GEMMs over the step's column [x_t; 1; h]), and their calls per step, which are the
+point of the layout."""
 
 from __future__ import annotations
 
@@ -120,26 +120,27 @@ class _Counting:
         return counted
 
 
-# Per step: (matrix products, ufunc calls) for one entry; a batch's step adds no projection.
-PER_STEP = {"LSTM": (1, 8), "RNN": (1, 2), "GRU0": (2, 10), "GRU1": (1, 10)}
+# Per step: (products for one entry, for a batch, ufunc calls for one entry). A batch's GRU
+# step computes xn (and n's recurrence) by GEMMs of their own rather than add it.
+PER_STEP = {"LSTM": (1, 1, 8), "RNN": (1, 1, 2), "GRU0": (2, 3, 10), "GRU1": (1, 3, 10)}
 
 
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("kind", ["LSTM", "RNN", "GRU0", "GRU1"])
 def test_calls_per_step(kind: str, batch: int) -> None:
     """One entry: one projection GEMM before the loop, then gemvs by `dot`; a batch: no
-    projection, one `matmul` per step product, and one ufunc call fewer per step."""
+    projection, `matmul`s over the step's column [x_t; 1; h], one ufunc call fewer a step."""
     x, w, r, wb, rb, h0, c0 = _layer(kind, batch, seed=0)
     cells = _cells(kind)
     weights = cells.prepare(np, w, r, wb, rb)
     xp = _Counting()
     cells.run(xp, x, weights, [h0, c0][: cells.states], None, False, _scratch)
-    products, ufuncs = PER_STEP[kind]
+    one, many, ufuncs = PER_STEP[kind]
     calls = xp.calls
     if batch == 1:
-        assert (calls["matmul"], calls["dot"]) == (1, products * STEPS)
+        assert (calls["matmul"], calls["dot"]) == (1, one * STEPS)
     else:
-        assert (calls["matmul"], calls["dot"]) == (products * STEPS, 0)
+        assert (calls["matmul"], calls["dot"]) == (many * STEPS, 0)
         ufuncs -= 1
     elementwise = sum(calls[name] for name in ("add", "subtract", "multiply", "tanh"))
     assert elementwise == ufuncs * STEPS
