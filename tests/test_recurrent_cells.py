@@ -13,7 +13,11 @@ import pytest
 
 from onemodel.backends import recurrent
 
-STEPS, SIZE, HIDDEN = 6, 5, 7
+STEPS, HIDDEN = 6, 7
+SIZES = (5, 9)  # inputs per step: fewer and more than the hidden units
+# The walks: one entry (projected input, gemvs), a batch with its input projected and a batch
+# whose step's GEMMs read x_t; `Cells.projects` chooses between the last two by size.
+WALKS = {"one entry": (1, True), "projected batch": (3, True), "stacked batch": (3, False)}
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -61,7 +65,7 @@ def _cells(kind: str) -> recurrent.Cells:
     }[kind]
 
 
-def _layer(kind: str, batch: int, seed: int):
+def _layer(kind: str, batch: int, size: int, seed: int):
     rng = np.random.default_rng(seed)
     gates = {"LSTM": 4, "RNN": 1}.get(kind, 3)
 
@@ -69,8 +73,8 @@ def _layer(kind: str, batch: int, seed: int):
         return (0.5 * rng.standard_normal(shape)).astype(np.float32)
 
     return (
-        normal(STEPS, batch, SIZE),
-        normal(gates * HIDDEN, SIZE),
+        normal(STEPS, batch, size),
+        normal(gates * HIDDEN, size),
         normal(gates * HIDDEN, HIDDEN),
         normal(gates * HIDDEN),
         normal(gates * HIDDEN),
@@ -79,15 +83,27 @@ def _layer(kind: str, batch: int, seed: int):
     )
 
 
+def _walk(monkeypatch, walk: str) -> int:
+    """The batch size of `walk`, with the cells made to take it."""
+    batch, projected = WALKS[walk]
+    for cells in (recurrent.Cells, recurrent.GRUCells):
+        monkeypatch.setattr(cells, "projects", lambda self, b, s, h: b == 1 or projected)
+    return batch
+
+
 def _scratch(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.full(shape, np.nan, dtype)  # no step may read what it did not write
 
 
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("kind", ["LSTM", "RNN", "GRU0", "GRU1"])
-def test_cells_follow_the_onnx_equations(kind: str, batch: int, backward: bool) -> None:
-    x, w, r, wb, rb, h0, c0 = _layer(kind, batch, seed=batch + 2 * backward)
+def test_cells_follow_the_onnx_equations(
+    kind: str, walk: str, backward: bool, size: int, monkeypatch
+) -> None:
+    batch = _walk(monkeypatch, walk)
+    x, w, r, wb, rb, h0, c0 = _layer(kind, batch, size, seed=batch + 2 * backward + size)
     cells = _cells(kind)
     weights = cells.prepare(np, w, r, wb, rb)
     y = np.empty((STEPS, batch, HIDDEN), np.float32)
@@ -120,17 +136,19 @@ class _Counting:
         return counted
 
 
-# Per step: (products for one entry, for a batch, ufunc calls for one entry). A batch's GRU
-# step computes xn (and n's recurrence) by GEMMs of their own rather than add it.
+# Per step: (products with the input projected, without, ufunc calls with). Without, GRU
+# computes xn (and n's recurrence) by GEMMs of their own.
 PER_STEP = {"LSTM": (1, 1, 8), "RNN": (1, 1, 2), "GRU0": (2, 3, 10), "GRU1": (1, 3, 10)}
 
 
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("kind", ["LSTM", "RNN", "GRU0", "GRU1"])
-def test_calls_per_step(kind: str, batch: int) -> None:
-    """One entry: one projection GEMM before the loop, then gemvs by `dot`; a batch: no
-    projection, `matmul`s over the step's column [x_t; 1; h], one ufunc call fewer a step."""
-    x, w, r, wb, rb, h0, c0 = _layer(kind, batch, seed=0)
+def test_calls_per_step(kind: str, walk: str, monkeypatch) -> None:
+    """One entry: one projection GEMM before the loop, then gemvs by `dot`; a projected
+    batch: the projection, then `matmul`s; else no projection, `matmul`s over the step's
+    column [x_t; 1; h] and one ufunc call fewer a step."""
+    batch = _walk(monkeypatch, walk)
+    x, w, r, wb, rb, h0, c0 = _layer(kind, batch, 5, seed=0)
     cells = _cells(kind)
     weights = cells.prepare(np, w, r, wb, rb)
     xp = _Counting()
@@ -139,8 +157,24 @@ def test_calls_per_step(kind: str, batch: int) -> None:
     calls = xp.calls
     if batch == 1:
         assert (calls["matmul"], calls["dot"]) == (1, one * STEPS)
+    elif WALKS[walk][1]:
+        assert (calls["matmul"], calls["dot"]) == (1 + one * STEPS, 0)
     else:
         assert (calls["matmul"], calls["dot"]) == (many * STEPS, 0)
         ufuncs -= 1
     elementwise = sum(calls[name] for name in ("add", "subtract", "multiply", "tanh"))
     assert elementwise == ufuncs * STEPS
+
+
+@pytest.mark.parametrize(
+    ("kind", "batch", "size", "hidden", "projected"),
+    [
+        ("LSTM", 8, 64, 128, False),  # the step's GEMM over [x_t; 1; h]
+        ("LSTM", 8, 512, 64, True),  # inputs wider than the state
+        ("LSTM", 64, 512, 64, False),  # a batch whose transposed reads would cost more
+        ("GRU1", 8, 64, 128, True),  # three small GEMMs a step cost more than one
+        ("GRU1", 8, 64, 256, False),
+    ],
+)
+def test_which_walk(kind: str, batch: int, size: int, hidden: int, projected: bool) -> None:
+    assert _cells(kind).projects(batch, size, hidden) is projected

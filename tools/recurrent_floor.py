@@ -3,14 +3,15 @@ calls against onnxruntime's whole node, timed side by side (thread CPU time, run
 
     python tools/recurrent_floor.py [REGEX]   (default: every LSTM and GRU layer case)
 
-A step of backends/recurrent.py is one BLAS product (a gemv h·R for one batch entry, a GEMM
-[R | W | bias]·[h; x_t; 1] for a batch) and a fixed number of ufunc calls (LSTM 8, GRU with
-linear_before_reset 10; one fewer for a batch, whose product adds the input projection), each
-on a few hundred to a few thousand elements, so each costs about its call overhead. The rows
-printed per case are onnxruntime's node, onemodel's session, the fused cells alone (no
-session), the products alone on held buffers (what NumPy's BLAS needs at best) and the cells
-with their products skipped (the ufunc calls, the loop and its set-up): products + calls is
-the floor of that call sequence.
+A step of backends/recurrent.py is one or a few BLAS products (a gemv h·R for one batch
+entry; for a batch GEMMs M·H, over the column [x_t; 1; h] unless the input is projected) and a
+fixed number of ufunc calls (LSTM 8, GRU with linear_before_reset 10; one fewer where the
+products add the input projection), each on a few hundred to a few thousand elements, so each
+costs about its call overhead. The rows printed per case are onnxruntime's node, onemodel's
+session, the fused cells alone (no session), the products alone on held buffers (with the
+projection GEMM where there is one: what NumPy's BLAS needs at best) and the cells with
+their products skipped (the ufunc calls, the loop and its set-up): products + calls is the
+floor of that call sequence.
 """
 
 from __future__ import annotations
@@ -69,26 +70,35 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
 
         return run
 
-    if batch == 1:  # the projection GEMM, then a gemv per step
-        extended = np.ones((steps, x.shape[2] + 1), np.float32)
-        matrices = [weight.rows[0] for weight in weights]
-        operand = np.ones((1, matrices[0].shape[0]), np.float32)
-        out = np.empty((1, matrices[0].shape[1]), np.float32)
-        projected = np.empty((steps, weights[0].inputs.shape[0]), np.float32)
+    def held(left: np.ndarray, right: np.ndarray) -> tuple:
+        """left·right into a held output."""
+        out = np.empty((left.shape[0], right.shape[1]), np.float32)
+        return left, right, out
 
-        def products() -> None:
+    # Each step's products on held buffers, in the walk's form (`Cells.projects`).
+    matrices = [m for weight in weights for m in weight.rows]
+    if cells.projects(batch, x.shape[2], hidden):
+        extended = np.ones((steps * batch, x.shape[2] + 1), np.float32)
+        projected = np.empty((steps * batch, weights[0].inputs.shape[0]), np.float32)
+        if batch == 1:  # gemvs row·M
+            call = np.dot
+            each = [held(np.ones((1, m.shape[0]), np.float32), m) for m in matrices]
+        else:
+            call = np.matmul
+            each = [held(m.T, np.ones((m.shape[0], batch), np.float32)) for m in matrices]
+    else:
+        extended = projected = None
+        call = np.matmul
+        columns = [m for weight in weights for m in weight.columns]
+        each = [held(m, np.ones((m.shape[1], batch), np.float32)) for m in columns]
+
+    def products() -> None:
+        if extended is not None:
             for weight in weights:
                 np.matmul(extended, weight.inputs.T, out=projected)
-            for matrix in matrices * steps:
-                np.dot(operand, matrix, out)
-    else:  # a GEMM per step
-        matrices = [weight.columns[0] for weight in weights]
-        operand = np.ones((matrices[0].shape[1], batch), np.float32)
-        out = np.empty((matrices[0].shape[0], batch), np.float32)
-
-        def products() -> None:
-            for matrix in matrices * steps:
-                np.matmul(matrix, operand, out)
+        for _ in range(steps):
+            for a, b, out in each:
+                call(a, b, out)
 
     return {"fused cells": fused(np), "products": products, "ufunc calls": fused(_Skipping())}
 

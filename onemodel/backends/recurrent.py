@@ -13,26 +13,31 @@ arithmetic:
   whose gate blocks are then contiguous row ranges, so every call takes NumPy's contiguous
   fast path (a [B, H] column block of a [B, gates·H] array costs a full iterator set-up per
   call: 3× the time of the same call on contiguous memory at B = 8).
-- One batch entry (`Walk.rows`: [H, 1] is a row): X·Wᵀ + bias of every step is one GEMM
-  before the loop, over x with a column of ones, and a step's product is h·R, a gemv by
-  `dot` (0.4 µs less than `matmul`'s 2-D product of the same row).
-- A batch (`Walk.stacked`): a step's operand is the column [h; x_t; 1] and its matrix
-  [R | W | bias], so one GEMM per step gives the gates with the input projection and the bias
-  in them. The projection as one GEMM before the loop would have to be laid out [T, N, B] for
-  the step to add it on contiguous memory, which is T small GEMMs (7.8 µs each at
-  N = 512, B = 8) or a transposed copy; inside the step's GEMM it costs its flops, at that
-  GEMM's speed, and saves the step an addition.
-- Each step writes its output state into a history [T + 1, rows, B] whose rows after the
-  state hold the operand's other parts (a 1 for GRU's Rbn with one entry; x_t and the 1 for a
-  batch), written before the loop; Y is one transposed copy of it after the loop, so no step
-  writes strided memory. The views every step reads and writes are made before the loop
-  (`Walk`), and scalars are 0-d arrays (a Python float costs a ufunc call 0.5 µs more).
+- The input is projected (`Cells.projects`: one batch entry; a small batch of inputs wider
+  than the state; GRU's narrow small batches): X·Wᵀ + bias of every step is one GEMM before
+  the loop ([T, B, N], over x with a column of ones) that each step adds. With one entry a
+  step's product is h·R, a gemv by `dot` (0.4 µs less than `matmul`'s 2-D product of the
+  same row) and its slice of the projection is contiguous; a batch's is a transposed view
+  (1.6-2.4 µs an addition at B = 8, N = 256-512; 96 µs at B = 64, N = 1024).
+- Else a step's operand is the history column [x_t; 1; h] and its matrix [W | bias | R], so
+  its GEMM gives the gates with the input projection and the bias in them: the projection
+  before the loop laid out [T, N, B] for a contiguous add would be T small GEMMs (7.8 µs each
+  at N = 512, B = 8) or a transposed copy; inside the step's GEMM it costs its flops, at that
+  GEMM's speed, and saves the step an addition. That speed falls with K at a small batch
+  (80 GF/s at [256, 577]·[577, 8], I512 H64, against 220 for the projection as one GEMM),
+  hence the projection for wide inputs.
+- Each step writes its output state into a history [T + 1, rows, B] whose other rows hold
+  the operand's other parts (a 1 under the state for GRU's Rbn; x_t and a 1 above it),
+  written before the loop; Y is one transposed copy of it after the loop, so no step writes
+  strided memory. The views every step reads and writes are made before the loop (`Walk`),
+  and scalars are 0-d arrays (a Python float costs a ufunc call 0.5 µs more).
 - LSTM keeps c right after the cell candidate g and orders its gates o, i, f, g: [i, f]·[g, c]
   is one multiplication, c = i·g + f·c one addition. GRU with linear_before_reset gets its
   hidden gate's recurrence bias Rbn from the operand's 1 as well, so h·Rᵀ + Rbn is one GEMM.
 
-Per step then: LSTM one product and 8 ufunc calls, GRU 1 and 10 (two products without
-linear_before_reset), RNN 1 and 2; one ufunc call fewer each for a batch.
+Per step then, with the input projected: LSTM one product and 8 ufunc calls, GRU 1 and 10
+(two products without linear_before_reset), RNN 1 and 2; else one ufunc call fewer each, and
+GRU three GEMMs (`GRUCells`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ Scratch = Callable[[tuple[int, ...], Any], Any]
 
 # The factor the sigmoid gates' pre-activations carry.
 SIGMOID_SCALE = 0.5
+# A batch of at most this many entries with more inputs than hidden units takes the projected
+# input (one GEMM before the loop) rather than x_t in the step's GEMM: OpenBLAS runs
+# [N, K]·[K, B] at B = 8 at 80 GF/s for K = 577 (I512 H64) against 220 for the projection
+# as one GEMM, while the step's transposed read of the projection costs 1.6-2.4 µs at B = 8
+# and 96 µs at B = 64, N = 1024.
+PROJECTED_BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +63,9 @@ class CellWeights:
     """One direction's weights in the cells' layout (`Cells.prepare`), rows in the cells'
     order, sigmoid rows scaled."""
 
-    inputs: Any  # [N, I + 1]: W, then the bias outside the recurrence (one entry)
-    rows: tuple[Any, ...]  # the step's products h·M for one entry, M [K, N]
-    columns: tuple[Any, ...]  # for a batch, M·H with M [N, K]; the first over [h; x; 1]
+    inputs: Any  # [N, I + 1]: W, then the bias outside the recurrence (projected input)
+    rows: tuple[Any, ...]  # the products h·M with the input projected, M [K, N]
+    columns: tuple[Any, ...]  # else M·H, M [N, K], over (parts of) the column [x_t; 1; h]
 
 
 def with_bias(xp: Any, w: Any, bias: Any) -> Any:
@@ -74,7 +85,7 @@ class Cells:
     order: ClassVar[tuple[int, ...]]  # the ONNX gate blocks (W, R, B order) in the cells' order
     sigmoid_gates: ClassVar[int] = 0  # leading blocks (cells' order) a sigmoid activates
     states: ClassVar[int] = 1
-    ones_row: ClassVar[bool] = False  # one entry: the history has a row of ones under the state
+    ones_row: ClassVar[bool] = False  # projected input: a row of ones under the state
 
     def prepare(self, xp: Any, w: Any, r: Any, wb: Any, rb: Any) -> CellWeights:
         """From one direction's W [gates·H, I], R [gates·H, H] and biases [gates·H] (ONNX
@@ -108,9 +119,9 @@ class Cells:
         [T, B, H] when given; returns the final states ([B, H] each)."""
         steps, batch, size = x.shape
         hidden = initial[0].shape[1]
-        if batch == 1:  # the state, then GRU's 1
+        if self.projects(batch, size, hidden):  # the state, then GRU's 1
             projected, offset = self._projected(xp, x, weights, scratch), 0
-            history = scratch((steps + 1, hidden + self.ones_row, 1), x.dtype)
+            history = scratch((steps + 1, hidden + self.ones_row, batch), x.dtype)
             if self.ones_row:
                 history[:, hidden] = 1
         else:  # x_t and a 1 before the state the step reads
@@ -128,18 +139,22 @@ class Cells:
             y[...] = (states[:-1] if backward else states[1:]).transpose(0, 2, 1)
         return (states[steps - first].T, *others)
 
+    def projects(self, batch: int, size: int, hidden: int) -> bool:
+        """Whether X·Wᵀ + bias is one GEMM before the loop (else x_t is in the step's)."""
+        return batch == 1 or (size > hidden and batch <= PROJECTED_BATCH)
+
     @staticmethod
     def _projected(xp: Any, x: Any, weights: CellWeights, scratch: Scratch) -> Any:
-        """X·Wᵀ + bias of every step of one entry ([T, N, 1]) as one GEMM, the bias from a
-        column of ones after x: a copy of x costs less than a pass over the product, which
-        is gates·H/I times larger."""
-        steps, _, size = x.shape
-        extended = scratch((steps, size + 1), weights.inputs.dtype)
+        """X·Wᵀ + bias of every step ([T, B, N]) as one GEMM, the bias from a column of ones
+        after x: a copy of x costs less than a pass over the product, which is gates·H/I
+        times larger."""
+        steps, batch, size = x.shape
+        extended = scratch((steps * batch, size + 1), weights.inputs.dtype)
         extended[:, size] = 1
-        extended[:, :size] = x[:, 0]
+        extended[:, :size] = x.reshape(steps * batch, size)
         units = weights.inputs.shape[0]
-        projected = scratch((steps, units, 1), weights.inputs.dtype)
-        xp.matmul(extended, weights.inputs.T, out=projected.reshape(steps, units))
+        projected = scratch((steps, batch, units), weights.inputs.dtype)
+        xp.matmul(extended, weights.inputs.T, out=projected.reshape(steps * batch, units))
         return projected
 
     def loop(
@@ -155,8 +170,9 @@ class Walk:
     """Per step, in the order the steps run, the views it reads and writes, made before the
     loop (by iterating over arrays: a third of the cost of indexing them step by step)."""
 
-    projected: Any  # [T, N, 1], or None: a batch, whose step's GEMM reads x_t (`stacked`)
+    projected: Any  # [T, B, N], or None: a step's GEMMs read x_t (`stacked`)
     backward: bool
+    rows: bool  # one batch entry: the products are row·M, gemvs
     operands: list[Any]  # the history column a step reads: [K, B], or a [1, K] row (`rows`)
     previous: list[Any]  # the state [H, B]
     outputs: list[Any]  # where the new state goes [H, B]
@@ -165,27 +181,24 @@ class Walk:
     def of(cls, projected: Any, history: Any, states: Any, backward: bool) -> Walk:
         """From the history [T + 1, K, B] and its state rows `states` [T + 1, H, B]."""
         steps, size, batch = history.shape
-        operands = list(history.reshape(steps, 1, size) if batch == 1 else history)
+        rows = batch == 1
+        operands = list(history.reshape(steps, 1, size) if rows else history)
         states = list(states)
         if backward:  # step t reads history[t + 1] and writes history[t]
-            return cls(projected, True, operands[:0:-1], states[:0:-1], states[-2::-1])
-        return cls(projected, False, operands[:-1], states[:-1], states[1:])
-
-    @property
-    def rows(self) -> bool:
-        """One batch entry: the products are row·M, gemvs."""
-        return self.projected is not None
+            return cls(projected, True, rows, operands[:0:-1], states[:0:-1], states[-2::-1])
+        return cls(projected, False, rows, operands[:-1], states[:-1], states[1:])
 
     def inputs(self, start: int = 0, stop: int | None = None) -> list[Any]:
-        """Per step, rows start:stop of the projected input ([stop - start, 1]); None for a
-        batch (the step's GEMM adds them)."""
+        """Per step, units start:stop of the projected input ([stop - start, B]: contiguous
+        for one entry, a transposed view for a batch); None where the step's GEMMs add
+        them."""
         if self.projected is None:
             return [None] * len(self.outputs)
-        parts = list(self.projected[:, start:stop])
+        parts = list(self.projected[:, :, start:stop].transpose(0, 2, 1))
         return parts[::-1] if self.backward else parts
 
     def columns(self, start: int, stop: int | None = None) -> list[Any]:
-        """Per step, rows start:stop of the column it reads (a batch's)."""
+        """Per step, rows start:stop of the column it reads (the input not projected)."""
         return [operand[start:stop] for operand in self.operands]
 
     def gemm(
@@ -193,11 +206,15 @@ class Walk:
     ) -> tuple[Callable[..., Any], list[Any], list[Any], Any]:
         """Per step, product `index` of `weights` into `out` [N, B] as `call(left[k],
         right[k], target)`, over `operands` (in the form the walk's have; its own by
-        default): h·M by `dot` for one entry, M·H by `matmul` for a batch."""
+        default): h·M by `dot` for one entry, M·H by `matmul` for a batch (M the row form
+        transposed where the input is projected)."""
         operands = self.operands if operands is None else operands
+        count = len(operands)
         if self.rows:
-            return xp.dot, operands, [weights.rows[index]] * len(operands), out.reshape(1, -1)
-        return xp.matmul, [weights.columns[index]] * len(operands), operands, out
+            return xp.dot, operands, [weights.rows[index]] * count, out.reshape(1, -1)
+        if self.projected is not None:
+            return xp.matmul, [weights.rows[index].T] * count, operands, out
+        return xp.matmul, [weights.columns[index]] * count, operands, out
 
 
 class LSTMCells(Cells):
@@ -242,12 +259,13 @@ class GRUCells(Cells):
     """Gates z, r (scaled), then the candidate n; h ← n + z·(h − n). With linear_before_reset
     n = tanh(xn + r·(h·Rnᵀ + Rbn)), else n = tanh(xn + (r·h)·Rnᵀ), a product after r.
 
-    The step's block is [xn, z, r, n]. One entry: a step's first product writes z, r (and n's
-    recurrence with linear_before_reset: one gemv, Rbn from the 1 under the state) and xn is
-    read from the projection. A batch: three GEMMs over parts of the column [x_t; 1; h] each
-    write their block, none with a block of zeros: z and r over all of it, xn over [x_t; 1]
-    and, with linear_before_reset, n's recurrence over [1; h] (one GEMM [R | W | bias] of the
-    four blocks would do a third more flops, 1.3× the time at B = 8, 2× at I = 512)."""
+    The step's block is [xn, z, r, n]. With the input projected (`projects`): a step's first
+    product writes z, r (and n's recurrence with linear_before_reset: Rbn from the 1 under
+    the state) and xn is read from the projection. Else three GEMMs over parts of the column
+    [x_t; 1; h] write their blocks, none multiplying a block of zeros: z and r over all of
+    it, xn over [x_t; 1] and, with linear_before_reset, n's recurrence over [1; h] (one GEMM
+    [W | bias | R] of the four blocks would do a third more flops, 1.3× the time at B = 8,
+    2× at I = 512)."""
 
     gates = 3
     order = (0, 1, 2)
@@ -255,6 +273,12 @@ class GRUCells(Cells):
 
     def __init__(self, linear_before_reset: bool) -> None:
         self.ones_row = linear_before_reset
+
+    def projects(self, batch: int, size: int, hidden: int) -> bool:
+        """Also for small batches of narrow layers (H·B ≤ 1024), whose three GEMMs a step
+        cost more in calls than one and the projection's transposed read: 5-10% at
+        B = 4-8, H = 64-128; 7% the other way at B = 8, H = 256."""
+        return super().projects(batch, size, hidden) or batch * hidden <= 1024
 
     def _weights(self, xp, w, r, wb, rb):
         size = 2 * r.shape[1]
@@ -290,7 +314,7 @@ class GRUCells(Cells):
             block[3 * hidden :],
         )
         count = len(walk.outputs)
-        if walk.rows:
+        if walk.projected is not None:
             products = [walk.gemm(xp, weights, 0, block[hidden:] if self.ones_row else zr)]
             inputs_n, candidate = walk.inputs(2 * hidden), 1
         else:
