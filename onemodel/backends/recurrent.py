@@ -42,6 +42,7 @@ GRU three GEMMs (`GRUCells`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -58,24 +59,26 @@ SIGMOID_SCALE = 0.5
 PROJECTED_BATCH = 16
 
 
-@dataclass(frozen=True, slots=True)
 class CellWeights:
     """One direction's weights in the cells' layout (`Cells.prepare`), rows in the cells'
-    order, sigmoid rows scaled."""
+    order, sigmoid rows scaled. `columns` is made on first use: a layer that only ever runs
+    with its input projected (one batch entry) would hold a second copy of its weights for
+    nothing (3.7 MB for a two-layer LSTM of 256 units)."""
 
-    inputs: Any  # [N, I + 1]: W, then the bias outside the recurrence (projected input)
-    rows: tuple[Any, ...]  # the products h·M with the input projected, M [K, N]
-    columns: tuple[Any, ...]  # else M·H, M [N, K], over (parts of) the column [x_t; 1; h]
+    def __init__(self, xp: Any, cells: Cells, inputs: Any, rows: tuple[Any, ...]) -> None:
+        self.xp, self.cells = xp, cells
+        self.inputs = inputs  # [N, I + 1]: W, then the bias outside the recurrence
+        self.rows = rows  # the products h·M with the input projected, M [K, N]
+
+    @functools.cached_property
+    def columns(self) -> tuple[Any, ...]:
+        """The products M·H, M [N, K], over (parts of) the column [x_t; 1; h]."""
+        return self.cells.columns(self.xp, self.inputs, self.rows)
 
 
 def with_bias(xp: Any, w: Any, bias: Any) -> Any:
     """[W | bias]: the input weights [N, I] with the bias [N] as one more column."""
     return xp.ascontiguousarray(xp.concatenate([w, bias[:, None]], axis=1))
-
-
-def stacked(xp: Any, w: Any, bias: Any, r: Any) -> Any:
-    """[W | bias | R]: the matrix of a batch's step over its operand [x_t; 1; h]."""
-    return xp.ascontiguousarray(xp.concatenate([w, bias[:, None], r], axis=1))
 
 
 class Cells:
@@ -99,11 +102,12 @@ class Cells:
         return self._weights(xp, w, r, wb, rb)
 
     def _weights(self, xp: Any, w: Any, r: Any, wb: Any, rb: Any) -> CellWeights:
-        return CellWeights(
-            with_bias(xp, w, wb + rb),
-            (xp.ascontiguousarray(r.T),),
-            (stacked(xp, w, wb + rb, r),),
-        )
+        return CellWeights(xp, self, with_bias(xp, w, wb + rb), (xp.ascontiguousarray(r.T),))
+
+    def columns(self, xp: Any, inputs: Any, rows: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The GEMMs' matrices over the column [x_t; 1; h] (`CellWeights.columns`), from the
+        projected input's: [W | bias | R]."""
+        return (xp.ascontiguousarray(xp.concatenate([inputs, rows[0].T], axis=1)),)
 
     def run(
         self,
@@ -285,20 +289,26 @@ class GRUCells(Cells):
         bias = wb + rb  # xn's holds Rbn but with linear_before_reset, where r multiplies it
         if self.ones_row:
             bias[size:] = wb[size:]
-        gates = stacked(xp, w[:size], bias[:size], r[:size])
-        xn = with_bias(xp, w[size:], bias[size:])
+        inputs = with_bias(xp, w, bias)
         if self.ones_row:
             with_rbn = xp.concatenate([r, rb[:, None]], axis=1)
             with_rbn[:size, -1] = 0
-            rn = xp.concatenate([rb[size:, None], r[size:]], axis=1)  # over [1; h]
-            return CellWeights(
-                with_bias(xp, w, bias), (xp.ascontiguousarray(with_rbn.T),), (gates, xn, rn)
-            )
-        return CellWeights(
-            with_bias(xp, w, bias),
-            (xp.ascontiguousarray(r[:size].T), xp.ascontiguousarray(r[size:].T)),
-            (gates, xn, xp.ascontiguousarray(r[size:])),
-        )
+            return CellWeights(xp, self, inputs, (xp.ascontiguousarray(with_rbn.T),))
+        rows = (xp.ascontiguousarray(r[:size].T), xp.ascontiguousarray(r[size:].T))
+        return CellWeights(xp, self, inputs, rows)
+
+    def columns(self, xp, inputs, rows):
+        """[W | bias | R] of z and r, xn's [W | bias], then n's recurrence [Rbn | Rn] (over
+        [1; h]) with linear_before_reset, else Rn."""
+        size = inputs.shape[0] // 3 * 2
+        recurrence = rows[0].T  # [R | Rbn] with linear_before_reset, else R of z and r
+        hidden = recurrence.shape[1] - self.ones_row
+        gates = xp.concatenate([inputs[:size], recurrence[:size, :hidden]], axis=1)
+        xn = xp.ascontiguousarray(inputs[size:])
+        if self.ones_row:
+            rn = xp.concatenate([recurrence[size:, hidden:], recurrence[size:, :hidden]], axis=1)
+            return xp.ascontiguousarray(gates), xn, rn
+        return xp.ascontiguousarray(gates), xn, xp.ascontiguousarray(rows[1].T)
 
     def loop(self, xp, walk, weights, others, scratch):
         if not walk.outputs:
