@@ -81,7 +81,7 @@ class NumpyKernels(ArrayKernels):
         bias: Any | None = None,
     ) -> None:
         """Winograd for a stride-1 3×3 float32 convolution with a prepared transform whose
-        tiles fill its GEMMs, tap by tap for a 2-D depthwise one (numpy_cpu/depthwise.py), the
+        tiles fill its GEMMs, gathered columns for a 2-D depthwise one (numpy_cpu/depthwise.py), the
         shared paths for the rest; all with small ufunc buffers (numpy_cpu/ufunc_buffers.py),
         the bias added in each path's last pass."""
         allocate = scratch or self._allocate
@@ -149,12 +149,12 @@ class NumpyKernels(ArrayKernels):
             weights = weights.matrix
         if (
             x.ndim == 4
-            and group == x.shape[1] == w.shape[0]
+            and group == x.shape[1]
             and w.shape[2:] != (1, 1)
             and x.dtype == out.dtype
             and x.dtype in _DEPTHWISE_TYPES
         ):
-            taps = w.reshape(group, -1) if weights is None else weights.reshape(group, -1)
+            taps = (w if weights is None else weights).reshape(w.shape[0], -1)
             depthwise_conv(x, taps, out, strides, pads, dilations, w.shape[2:], allocate, bias)
             return
         super().conv_arrays(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
