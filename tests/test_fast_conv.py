@@ -62,6 +62,7 @@ CASES = {
     "strided": ((1, 4, 11, 10), (6, 4, 3, 3), (2, 3), (1, 0, 2, 1), (1, 1), 1),
     "dilated": ((1, 3, 12, 12), (4, 3, 3, 2), (1, 1), (2, 1, 2, 1), (2, 3), 1),
     "grouped": ((2, 6, 7, 7), (9, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    "grouped strided dilated": ((1, 8, 13, 12), (6, 4, 3, 3), (2, 1), (1, 2, 2, 1), (2, 3), 2),
     "depthwise": ((1, 5, 8, 8), (5, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
     "depthwise strided": ((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),
     # Depthwise tap by tap (numpy_cpu/depthwise.py): phases of strides 2 and 3, dilation,
@@ -284,18 +285,18 @@ def test_a_bank_of_identical_filters_gives_identical_channels(w_shape) -> None:
     np.testing.assert_allclose(out, expected + b.reshape(-1, 1, 1), rtol=1e-5, atol=1e-5)
 
 
-DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
+GROUPED = [name for name in CASES if name.startswith(("depthwise", "grouped"))]
 
 
-@pytest.mark.parametrize("name", DEPTHWISE)
+@pytest.mark.parametrize("name", GROUPED)
 @pytest.mark.parametrize("layout", ["_gathered_columns", "_channel_planes", "_channels_last"])
 @pytest.mark.parametrize("chunk", [1 << 20, 1], ids=["one block", "a channel a block"])
 def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monkeypatch):
     """Each layout on every case (the tap-by-tap ones take one output channel per input
     channel), in one block of images or channels and in blocks of one."""
 
-    def forced(geometry, strides, multiplier):
-        return getattr(depthwise, layout if multiplier == 1 else "_gathered_columns")
+    def forced(geometry, strides, one_to_one):
+        return getattr(depthwise, layout if one_to_one else "_gathered_columns")
 
     monkeypatch.setattr(depthwise, "tap_layout", forced)
     monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
@@ -311,14 +312,16 @@ def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monk
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def _depthwise_model(channels: int, multiplier: int, kernel: int, stride: int, activation: str):
-    """Conv (group = C, constant W and B, auto_pad SAME_UPPER) followed by `activation`, the
-    form the graph fuses (SiLU as Sigmoid then Mul)."""
+def _grouped_model(
+    channels: int, group: int, outputs: int, kernel: int, stride: int, activation: str
+):
+    """Conv (constant W and B, auto_pad SAME_UPPER) followed by `activation`, the form the
+    graph fuses (SiLU as Sigmoid then Mul)."""
     rng = np.random.default_rng(kernel + stride)
-    w = rng.standard_normal((channels * multiplier, 1, kernel, kernel)).astype(np.float32)
-    b = rng.standard_normal(channels * multiplier).astype(np.float32)
+    w = rng.standard_normal((outputs, channels // group, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(outputs).astype(np.float32)
     conv = helper.make_node(
-        "Conv", ["x", "w", "b"], ["c"], group=channels, strides=[stride] * 2, auto_pad="SAME_UPPER"
+        "Conv", ["x", "w", "b"], ["c"], group=group, strides=[stride] * 2, auto_pad="SAME_UPPER"
     )
     nodes = {
         "Relu": [helper.make_node("Relu", ["c"], ["y"])],
@@ -333,7 +336,7 @@ def _depthwise_model(channels: int, multiplier: int, kernel: int, stride: int, a
     constants += [numpy_helper.from_array(np.float32(v), n) for n, v in (("lo", 0), ("hi", 6))]
     graph = helper.make_graph(
         [conv, *nodes],
-        "depthwise",
+        "grouped",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, channels, None, None])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         constants,
@@ -342,29 +345,34 @@ def _depthwise_model(channels: int, multiplier: int, kernel: int, stride: int, a
 
 
 @pytest.mark.parametrize(
-    "channels, multiplier, kernel, stride, batch, activation",
+    "channels, group, outputs, kernel, stride, batch, activation",
     [
-        (24, 1, 3, 1, 1, "Relu6"),
-        (24, 1, 3, 2, 8, "HardSwish"),
-        (40, 1, 5, 1, 1, "SiLU"),
-        (40, 1, 5, 2, 1, "Relu"),
-        (16, 2, 7, 1, 8, "HardSwish"),
-        (16, 3, 3, 2, 1, "Relu6"),
+        (24, 24, 24, 3, 1, 1, "Relu6"),
+        (24, 24, 24, 3, 2, 8, "HardSwish"),
+        (40, 40, 40, 5, 1, 1, "SiLU"),
+        (40, 40, 40, 5, 2, 1, "Relu"),
+        (16, 16, 32, 7, 1, 8, "HardSwish"),  # channel multiplier 2
+        (16, 16, 48, 3, 2, 1, "Relu6"),  # channel multiplier 3
+        (64, 32, 64, 3, 1, 1, "Relu"),  # ResNeXt's 2 channels a group
+        (32, 4, 48, 5, 2, 8, "SiLU"),
     ],
 )
-def test_depthwise_conv_with_a_fused_activation_matches_onnxruntime(
-    channels, multiplier, kernel, stride, batch, activation
+def test_grouped_conv_with_a_fused_activation_matches_onnxruntime(
+    channels, group, outputs, kernel, stride, batch, activation
 ) -> None:
-    model = _depthwise_model(channels, multiplier, kernel, stride, activation)
+    model = _grouped_model(channels, group, outputs, kernel, stride, activation)
     x = np.random.default_rng(5).standard_normal((batch, channels, 17, 15)).astype(np.float32)
     (expected,) = onnxruntime_run(model, {"x": x})
     (y,) = Session(model_from_proto(model)).run(None, {"x": x})
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["depthwise multiplier", "depthwise one channel"])
-def test_a_channel_multiplier_takes_the_depthwise_path(name, monkeypatch) -> None:
-    """group = C with M = k·C outputs gathers columns once for all k filters of a channel."""
+@pytest.mark.parametrize(
+    "name", ["depthwise multiplier", "depthwise one channel", "grouped", "grouped strided dilated"]
+)
+def test_grouped_convolutions_gather_columns_rather_than_im2col(name, monkeypatch) -> None:
+    """group > 1 (a channel multiplier: M = k·C filters over group = C) gathers each block of
+    groups' columns once for all its filters (numpy_cpu/depthwise.py)."""
     x_shape, w_shape, strides, pads, dilations, group = CASES[name]
     rng = np.random.default_rng(8)
     x = rng.standard_normal(x_shape).astype(np.float32)
@@ -381,10 +389,28 @@ def test_a_channel_multiplier_takes_the_depthwise_path(name, monkeypatch) -> Non
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_groups_too_large_for_a_block_of_columns_take_the_shared_im2col(monkeypatch) -> None:
+    x_shape, w_shape, strides, pads, dilations, group = CASES["grouped"]
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    kernels = KernelPaths.get("numpy")
+    monkeypatch.setattr(depthwise, "_BLOCK_ELEMENTS", 2 * 9 * 7 * 7 - 1)  # one group's, less 1
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("columns gathered")
+
+    monkeypatch.setattr(depthwise, "_gathered_columns", refuse)
+    expected = direct_conv(x, w, strides, pads, dilations, group)
+    out = np.full(expected.shape, np.nan, np.float32)
+    kernels.conv_arrays(x, w, out, strides, pads[:2], dilations, group)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_depthwise_runs_from_two_threads_at_once_keep_their_own_buffers() -> None:
     """One session, two threads each running its own input many times over: every result is
     that input's own (the columns live in each run's scratch, never shared)."""
-    session = Session(model_from_proto(_depthwise_model(32, 1, 3, 1, "Relu")))
+    session = Session(model_from_proto(_grouped_model(32, 32, 32, 3, 1, "Relu")))
     rng = np.random.default_rng(6)
     inputs = [rng.standard_normal((2, 32, 28, 28)).astype(np.float32) for _ in range(2)]
     alone = [session.run(None, {"x": x})[0] for x in inputs]

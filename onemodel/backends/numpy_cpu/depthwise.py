@@ -1,16 +1,18 @@
-"""Depthwise 2-D convolution (one input channel per group, any channel multiplier).
+"""Grouped 2-D convolution, depthwise (one input channel per group) above all.
 
-im2col through the shared path runs one tiny GEMM per channel over columns copied window by
+im2col through the shared path runs one tiny GEMM per group over columns copied window by
 window. Here the padded image is split into its stride phases and each phase flattened row
 by row into one contiguous run (backends/flat_phases.py, shared with pooling), with
 cols − out_w positions of slack per row that the final copy drops: tap (i, j) of every
 output position then reads one phase at a shift. Three layouts use that:
 
-- gathered columns (stride 1, or a channel multiplier): a strided view of a phase's run is
-  the row of columns of each of its taps, so one copy per phase gathers a block of channels'
-  columns (block, taps, out_h·cols), and one batched matmul by the (block, multiplier, taps)
-  weights, a BLAS matrix-vector product per channel reading each column once with fused
-  multiply-adds, gives the output.
+- gathered columns (stride 1, a channel multiplier, or groups of several channels): a
+  strided view of a phase's run is the row of columns of each of its taps, so one copy per
+  phase gathers a block of groups' columns (channels, taps, out_h·cols), and one batched
+  matmul by the weights (group, outputs per group, channels per group · taps) gives the
+  output: for depthwise a BLAS matrix-vector product per channel, reading each column once
+  with fused multiply-adds. (128 → 128 channels in 32 groups at 28×28 by 3×3: 0.31 ms
+  against the shared im2col's 0.37; 256 at 56×56: 2.49 against 3.56.)
 - channel planes (strided): tap by tap, a multiply by the weights as a (C, 1) column and an
   add over all planes at once. NumPy has no fused multiply-add, so a 3×3 filter costs 17
   passes where the columns cost 9 copies and one BLAS read; at stride 2 the outputs are a
@@ -57,7 +59,7 @@ _BLOCK_ELEMENTS = 1 << 18
 Layout = Callable[..., None]
 
 
-def depthwise_conv(
+def grouped_conv(
     x: np.ndarray,
     taps: np.ndarray,
     out: np.ndarray,
@@ -68,12 +70,14 @@ def depthwise_conv(
     allocate: Scratch,
     bias: np.ndarray | None = None,
 ) -> None:
-    """out (N, M, Ho, Wo) = the depthwise convolution of x (N, C, H, W) by `taps` (M, kh·kw),
-    output channel m reading input channel m // (M / C), leading `pads`, plus `bias` (M,)
-    when given (in the final copy), all in one floating type."""
+    """out (N, M, Ho, Wo) = the grouped convolution of x (N, C, H, W) by `taps` (M, C/G ·
+    kh·kw, each filter's channels then taps in row-major order) in G = C / (C/G) groups,
+    leading `pads`, plus `bias` (M,) when given (in the final copy), all in one floating
+    type."""
     geometry = phase_grid(tuple(out.shape[2:]), tuple(kernel), tuple(strides), tuple(dilations))
     window = (kernel, strides, pads, dilations)
-    layout = tap_layout(geometry, tuple(strides), out.shape[1] // x.shape[1])
+    depthwise = out.shape[1] == x.shape[1] and taps.shape[1] == len(geometry.shifts)
+    layout = tap_layout(geometry, tuple(strides), depthwise)
     per_image = x.shape[1] * geometry.rows * geometry.cols
     step = max(1, _CHUNK_ELEMENTS // per_image)
     for first in range(0, x.shape[0], step):
@@ -81,10 +85,21 @@ def depthwise_conv(
         layout(x[images], taps, out[images], window, geometry, allocate, bias)
 
 
-def tap_layout(geometry: PhaseGrid, strides: tuple[int, int], multiplier: int) -> Layout:
-    """Gathered columns at stride 1 or for a channel multiplier; a strided filter tap by
-    tap, channels last over small planes (see the module's docstring)."""
-    if multiplier > 1 or strides == (1, 1):
+def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether `grouped_conv` takes a grouped convolution of filters `w_shape` into
+    `out_shape`: a depthwise one always, another where one group's columns fit in a block
+    (larger groups are the shared im2col's, in bands of output rows)."""
+    per_group = w_shape[1]
+    return per_group == 1 or per_group * math.prod(w_shape[2:]) * math.prod(out_shape[2:]) <= (
+        _BLOCK_ELEMENTS
+    )
+
+
+def tap_layout(geometry: PhaseGrid, strides: tuple[int, int], depthwise: bool) -> Layout:
+    """Gathered columns at stride 1 or unless each group is one input and one output
+    channel; a strided depthwise filter tap by tap, channels last over small planes (see
+    the module's docstring)."""
+    if not depthwise or strides == (1, 1):
         return _gathered_columns
     return _channels_last if geometry.span <= CHANNELS_LAST_PLANE else _channel_planes
 
@@ -122,43 +137,51 @@ def _gathered_columns(
     allocate: Scratch,
     bias: np.ndarray | None,
 ) -> None:
-    """Per image and block of channels: one copy per phase of every tap's strided view into
-    columns (block, taps, out_h·cols), one matmul by the weights (block, multiplier, taps),
-    one copy of the result without its slack (and with the bias) into out."""
+    """Per image and block of groups: one copy per phase of every tap's strided view into
+    columns (block's channels, taps, out_h·cols), one matmul of the weights (block, outputs
+    per group, channels per group · taps) by them (block, channels per group · taps,
+    out_h·cols), one copy of the result without its slack (and with the bias) into out."""
     kernel, strides, pads, dilations = window
-    channels, multiplier = x.shape[1], out.shape[1] // x.shape[1]
     phases = flat_phases(x, g.out_hw, kernel, strides, pads, dilations, 0, allocate).data
     in_phases, order = _phase_taps(tuple(kernel), tuple(strides), tuple(dilations), g.cols)
-    weights = taps[:, order].reshape(channels, multiplier, len(order))
+    count_taps = len(order)
+    per_group = taps.shape[1] // count_taps
+    groups = x.shape[1] // per_group
+    outputs = out.shape[1] // groups  # per group
+    depth = per_group * count_taps
+    weights = taps.reshape(-1, per_group, count_taps)[:, :, order].reshape(groups, outputs, depth)
     span, item = g.span, x.itemsize
-    block = max(1, min(channels, _BLOCK_ELEMENTS // (len(order) * span)))
-    columns = allocate((block, len(order), span), x.dtype)
-    result = allocate((block, multiplier, span), x.dtype)
+    block = max(1, min(groups, _BLOCK_ELEMENTS // (depth * span)))
+    columns = allocate((block * per_group, count_taps, span), x.dtype)
+    result = allocate((block, outputs, span), x.dtype)
     (out_h, out_w), cols = g.out_hw, g.cols
     for image in range(x.shape[0]):
-        for first in range(0, channels, block):
-            count = min(block, channels - first)
+        for first in range(0, groups, block):
+            count = min(block, groups - first)
+            channels = slice(first * per_group, (first + count) * per_group)
+            gathered = columns[: count * per_group]
             at = 0
             for ry, rx, shift, tap_rows, step_y, tap_cols, step_x in in_phases:
-                run = phases[ry, rx, image, first : first + count, shift:]
-                grid = (count, tap_rows, tap_cols, span)
+                run = phases[ry, rx, image, channels, shift:]
+                grid = (count * per_group, tap_rows, tap_cols, span)
                 view = as_strided(
                     run,
                     shape=grid,
                     strides=(run.strides[0], step_y * item, step_x * item, item),
                     writeable=False,
                 )
-                np.copyto(columns[:count, at : at + tap_rows * tap_cols].reshape(grid), view)
+                np.copyto(gathered[:, at : at + tap_rows * tap_cols].reshape(grid), view)
                 at += tap_rows * tap_cols
             product = result[:count]
-            np.matmul(weights[first : first + count], columns[:count], out=product)
-            kept = product.reshape(count * multiplier, out_h, cols)[..., :out_w]
-            target = out[image, first * multiplier : (first + count) * multiplier]
+            np.matmul(
+                weights[first : first + count], gathered.reshape(count, depth, span), out=product
+            )
+            kept = product.reshape(count * outputs, out_h, cols)[..., :out_w]
+            targets = slice(first * outputs, (first + count) * outputs)
             if bias is None:
-                target[...] = kept
+                out[image, targets] = kept
             else:
-                offsets = bias[first * multiplier : (first + count) * multiplier]
-                np.add(kept, offsets.reshape(-1, 1, 1), out=target)
+                np.add(kept, bias[targets].reshape(-1, 1, 1), out=out[image, targets])
 
 
 def _channel_planes(
