@@ -5,10 +5,12 @@ weights of a Conv whose W is constant or computed."""
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from operator_harness import onnxruntime_run
 
 import onemodel.backends.convolution as convolution
 from onemodel import Session
@@ -60,6 +62,7 @@ CASES = {
     "strided": ((1, 4, 11, 10), (6, 4, 3, 3), (2, 3), (1, 0, 2, 1), (1, 1), 1),
     "dilated": ((1, 3, 12, 12), (4, 3, 3, 2), (1, 1), (2, 1, 2, 1), (2, 3), 1),
     "grouped": ((2, 6, 7, 7), (9, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    "grouped strided dilated": ((1, 8, 13, 12), (6, 4, 3, 3), (2, 1), (1, 2, 2, 1), (2, 3), 2),
     "depthwise": ((1, 5, 8, 8), (5, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
     "depthwise strided": ((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),
     # Depthwise tap by tap (numpy_cpu/depthwise.py): phases of strides 2 and 3, dilation,
@@ -70,6 +73,21 @@ CASES = {
     "depthwise wide pads": ((1, 3, 5, 5), (3, 1, 3, 3), (1, 1), (3, 0, 1, 4), (1, 1), 3),
     "depthwise 5x5": ((1, 6, 14, 14), (6, 1, 5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 6),
     "depthwise unpadded": ((1, 6, 9, 7), (6, 1, 3, 2), (1, 1), (0, 0, 0, 0), (1, 1), 6),
+    # Gathered columns: a 7×7 filter on a batch of 8, channel multipliers (M = k·C), one
+    # with stride 2 and dilation 3 (tap rows 0, 2, 4 in phase 0 step by 3 grid rows), one
+    # input channel feeding four filters.
+    "depthwise 7x7 batch 8": ((8, 3, 12, 11), (3, 1, 7, 7), (1, 1), (3, 3, 3, 3), (1, 1), 3),
+    "depthwise multiplier": ((2, 3, 9, 9), (6, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    "depthwise multiplier strided": ((1, 2, 13, 11), (6, 1, 5, 5), (2, 2), (2, 1, 3, 2), (2, 1), 2),
+    "depthwise stride 2 dilation 3": (
+        (1, 2, 20, 19),
+        (2, 1, 5, 3),
+        (2, 2),
+        (4, 3, 2, 1),
+        (3, 3),
+        2,
+    ),
+    "depthwise one channel": ((2, 1, 10, 9), (4, 1, 5, 3), (1, 1), (2, 1, 2, 1), (1, 1), 1),
     "1-D": ((2, 3, 17), (4, 3, 5), (2,), (2, 1), (1,), 1),
     "3-D": ((1, 2, 5, 6, 4), (3, 2, 3, 2, 2), (1, 2, 1), (1, 0, 1, 1, 1, 0), (1, 1, 2), 1),
     "windows past the input": ((1, 2, 6, 6), (3, 2, 2, 2), (3, 3), (0, 0, 0, 0), (1, 1), 1),
@@ -267,15 +285,22 @@ def test_a_bank_of_identical_filters_gives_identical_channels(w_shape) -> None:
     np.testing.assert_allclose(out, expected + b.reshape(-1, 1, 1), rtol=1e-5, atol=1e-5)
 
 
-DEPTHWISE = [name for name in CASES if name.startswith("depthwise")]
+GROUPED = [name for name in CASES if name.startswith(("depthwise", "grouped"))]
 
 
-@pytest.mark.parametrize("name", DEPTHWISE)
-@pytest.mark.parametrize("plane_limit", [0, 1 << 30], ids=["channel planes", "channels last"])
-@pytest.mark.parametrize("chunk", [1 << 19, 1], ids=["one chunk", "an image a chunk"])
-def test_both_depthwise_layouts_match_the_direct_sum(name, plane_limit, chunk, monkeypatch):
-    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PLANE", plane_limit)
+@pytest.mark.parametrize("name", GROUPED)
+@pytest.mark.parametrize("layout", ["_gathered_columns", "_channel_planes", "_channels_last"])
+@pytest.mark.parametrize("chunk", [1 << 20, 1], ids=["one block", "a channel a block"])
+def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monkeypatch):
+    """Each layout on every case (the tap-by-tap ones take one output channel per input
+    channel), in one block of images or channels and in blocks of one."""
+
+    def forced(geometry, strides, one_to_one):
+        return getattr(depthwise, layout if one_to_one else "_gathered_columns")
+
+    monkeypatch.setattr(depthwise, "tap_layout", forced)
     monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(depthwise, "_BLOCK_ELEMENTS", chunk)
     x_shape, w_shape, strides, pads, dilations, group = CASES[name]
     rng = np.random.default_rng(len(name))
     x = rng.standard_normal(x_shape).astype(np.float32)
@@ -285,3 +310,116 @@ def test_both_depthwise_layouts_match_the_direct_sum(name, plane_limit, chunk, m
     out = np.full(expected.shape, np.nan, dtype=np.float32)
     KernelPaths.get("numpy").conv_arrays(x, w, out, strides, pads[:2], dilations, group, bias=b)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def _grouped_model(
+    channels: int, group: int, outputs: int, kernel: int, stride: int, activation: str
+):
+    """Conv (constant W and B, auto_pad SAME_UPPER) followed by `activation`, the form the
+    graph fuses (SiLU as Sigmoid then Mul)."""
+    rng = np.random.default_rng(kernel + stride)
+    w = rng.standard_normal((outputs, channels // group, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(outputs).astype(np.float32)
+    conv = helper.make_node(
+        "Conv", ["x", "w", "b"], ["c"], group=group, strides=[stride] * 2, auto_pad="SAME_UPPER"
+    )
+    nodes = {
+        "Relu": [helper.make_node("Relu", ["c"], ["y"])],
+        "Relu6": [helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+        "HardSwish": [helper.make_node("HardSwish", ["c"], ["y"])],
+        "SiLU": [
+            helper.make_node("Sigmoid", ["c"], ["s"]),
+            helper.make_node("Mul", ["c", "s"], ["y"]),
+        ],
+    }[activation]
+    constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    constants += [numpy_helper.from_array(np.float32(v), n) for n, v in (("lo", 0), ("hi", 6))]
+    graph = helper.make_graph(
+        [conv, *nodes],
+        "grouped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, channels, None, None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        constants,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    "channels, group, outputs, kernel, stride, batch, activation",
+    [
+        (24, 24, 24, 3, 1, 1, "Relu6"),
+        (24, 24, 24, 3, 2, 8, "HardSwish"),
+        (40, 40, 40, 5, 1, 1, "SiLU"),
+        (40, 40, 40, 5, 2, 1, "Relu"),
+        (16, 16, 32, 7, 1, 8, "HardSwish"),  # channel multiplier 2
+        (16, 16, 48, 3, 2, 1, "Relu6"),  # channel multiplier 3
+        (64, 32, 64, 3, 1, 1, "Relu"),  # ResNeXt's 2 channels a group
+        (32, 4, 48, 5, 2, 8, "SiLU"),
+    ],
+)
+def test_grouped_conv_with_a_fused_activation_matches_onnxruntime(
+    channels, group, outputs, kernel, stride, batch, activation
+) -> None:
+    model = _grouped_model(channels, group, outputs, kernel, stride, activation)
+    x = np.random.default_rng(5).standard_normal((batch, channels, 17, 15)).astype(np.float32)
+    (expected,) = onnxruntime_run(model, {"x": x})
+    (y,) = Session(model_from_proto(model)).run(None, {"x": x})
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name", ["depthwise multiplier", "depthwise one channel", "grouped", "grouped strided dilated"]
+)
+def test_grouped_convolutions_gather_columns_rather_than_im2col(name, monkeypatch) -> None:
+    """group > 1 (a channel multiplier: M = k·C filters over group = C) gathers each block of
+    groups' columns once for all its filters (numpy_cpu/depthwise.py)."""
+    x_shape, w_shape, strides, pads, dilations, group = CASES[name]
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    kernels = KernelPaths.get("numpy")
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("im2col ran")
+
+    monkeypatch.setattr(type(kernels), "_im2col_conv", refuse)
+    expected = direct_conv(x, w, strides, pads, dilations, group)
+    out = np.full(expected.shape, np.nan, np.float32)
+    kernels.conv_arrays(x, w, out, strides, pads[:2], dilations, group)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_groups_too_large_for_a_block_of_columns_take_the_shared_im2col(monkeypatch) -> None:
+    x_shape, w_shape, strides, pads, dilations, group = CASES["grouped"]
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    kernels = KernelPaths.get("numpy")
+    monkeypatch.setattr(depthwise, "_BLOCK_ELEMENTS", 2 * 9 * 7 * 7 - 1)  # one group's, less 1
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("columns gathered")
+
+    monkeypatch.setattr(depthwise, "_gathered_columns", refuse)
+    expected = direct_conv(x, w, strides, pads, dilations, group)
+    out = np.full(expected.shape, np.nan, np.float32)
+    kernels.conv_arrays(x, w, out, strides, pads[:2], dilations, group)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_runs_from_two_threads_at_once_keep_their_own_buffers() -> None:
+    """One session, two threads each running its own input many times over: every result is
+    that input's own (the columns live in each run's scratch, never shared)."""
+    session = Session(model_from_proto(_grouped_model(32, 32, 32, 3, 1, "Relu")))
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal((2, 32, 28, 28)).astype(np.float32) for _ in range(2)]
+    alone = [session.run(None, {"x": x})[0] for x in inputs]
+
+    def repeat(index: int) -> bool:
+        return all(
+            np.array_equal(session.run(None, {"x": inputs[index]})[0], alone[index])
+            for _ in range(20)
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(repeat, [0, 1, 0, 1]))

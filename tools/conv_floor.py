@@ -10,13 +10,16 @@ process, one BLAS and one onnxruntime thread), so they hold on a loaded machine 
 
 The floor is the part of a path NumPy cannot make cheaper: the GEMM(s) of the exact shapes the
 path runs (np.matmul; Winograd's (m+2)² core GEMMs, im2col's one per group, ConvTranspose's
-columns), or for depthwise 2·taps − 1 element-wise passes over the output's elements in
-NumPy's fastest form (a flat contiguous multiply by a scalar; NumPy has no fused multiply-add,
-so a tap is a multiply and an add). A model's floor sums its Conv nodes' floors (stride-1 3×3
-with ≥ 32 channels: the cheaper of Winograd's core GEMMs and the direct GEMM) and counts every
-transform, copy, bias, activation and other operator as zero: a lower bound of onemodel's
-time. Where the floor alone is above a target ratio, no NumPy/OpenBLAS kernel of that form
-reaches it.
+columns), or for depthwise the cheaper of 2·taps − 1 element-wise passes over the output's
+elements in NumPy's fastest form (a flat contiguous multiply by a scalar; NumPy has no fused
+multiply-add, so a tap is a multiply and an add) and the BLAS matrix-vector products of
+already gathered columns (one per channel: weights (multiplier, taps) @ columns (taps,
+positions), each column read once with fused multiply-adds, after one contiguous copy of
+the columns: gathering them takes at least that).
+A model's floor sums its Conv nodes' floors (stride-1 3×3 with ≥ 32 channels: the cheaper of
+Winograd's core GEMMs and the direct GEMM) and counts every transform, copy, bias, activation
+and other operator as zero: a lower bound of onemodel's time. Where the floor alone is above
+a target ratio, no NumPy/OpenBLAS kernel of that form reaches it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import onnxruntime as ort
 from threadpoolctl import threadpool_limits
 
 from onemodel import bench_ops
+from onemodel.backends.numpy_cpu import depthwise
 from onemodel.bench_models import bench_set
 from onemodel.session import Session, SessionOptions
 
@@ -88,6 +92,29 @@ def passes(count: int, elements: int, images: int = 1) -> Callable[[], Any]:
     return run
 
 
+def columns_product(
+    images: int, channels: int, multiplier: int, taps: int, positions: int
+) -> Callable[[], Any]:
+    """Per image and block of channels (as depthwise.py blocks them, so the columns stay in
+    cache): one contiguous copy of the block's columns, the cheapest form of gathering them,
+    then the batched matmul of each channel's (multiplier, taps) weights by its (taps,
+    positions) columns."""
+    block = max(1, min(channels, depthwise._BLOCK_ELEMENTS // (taps * positions)))
+    source = _rng.standard_normal((block, taps, positions)).astype(np.float32)
+    columns = np.empty_like(source)
+    weights = _rng.standard_normal((block, multiplier, taps)).astype(np.float32)
+    out = np.empty((block, multiplier, positions), np.float32)
+
+    def run() -> None:
+        for _ in range(images):
+            for first in range(0, channels, block):
+                count = min(block, channels - first)
+                np.copyto(columns[:count], source[:count])
+                np.matmul(weights[:count], columns[:count], out=out[:count])
+
+    return run
+
+
 def conv_floor(x: tuple, w: tuple, attrs: dict) -> tuple[str, Callable[[], Any], int]:
     """(what, floor, GEMM FLOPs or 0) of one Conv of input x and weight w, as onemodel's fast
     path computes it (numpy_cpu/fast.py); a 1-D one as 2-D of height 1."""
@@ -103,10 +130,19 @@ def conv_floor(x: tuple, w: tuple, attrs: dict) -> tuple[str, Callable[[], Any],
     out_h = (height + pads[0] + pads[2] - (kh - 1) * dilations[0] - 1) // strides[0] + 1
     out_w = (width + pads[1] + pads[3] - (kw - 1) * dilations[1] - 1) // strides[1] + 1
     taps = kh * kw
-    if group == channels == filters and per_group == 1 and taps > 1:
-        count, elements = 2 * taps - 1, batch * channels * out_h * out_w
-        what = f"{count} passes over {batch} x {elements // batch} elements"
-        return what, passes(count, elements, batch), 0
+    if group == channels and per_group == 1 and taps > 1:
+        count, elements = 2 * taps - 1, batch * filters * out_h * out_w
+        forms = {
+            f"depthwise: {count} passes over {batch} x {elements // batch} elements": passes(
+                count, elements, batch
+            ),
+            f"depthwise: {batch} x {channels} matrix-vector products "
+            f"({filters // channels}x{taps} @ {taps}x{out_h * out_w})": columns_product(
+                batch, channels, filters // channels, taps, out_h * out_w
+            ),
+        }
+        what = min(forms, key=lambda name: thread_min(forms[name], 3))
+        return what, forms[what], 0
     pixels = batch * out_h * out_w
     direct = (group, filters // group, per_group * taps, pixels)
     if group == 1 and (kh, kw) == (3, 3) and list(strides) == [1, 1] and min(x[1], w[0]) >= 32:
@@ -197,7 +233,7 @@ def models(names: list[str], runs: int, exports: Path | None) -> None:
                 (v for k, v in attributes.items() if k and node.startswith(k)), {}
             )
             what, floor, _ = conv_floor(tuple(shapes[0]), tuple(shapes[1]), attrs)
-            kind = "depthwise" if "passes" in what else re.sub(r" .*", "", what)
+            kind = re.sub(r"[ :].*", "", what)
             floors[kind] = floors.get(kind, 0.0) + thread_min(floor, 3)
         ours, theirs = _engines(str(model.path), feeds)
         times = interleaved_mins((("om", ours), ("ort", theirs)), runs)

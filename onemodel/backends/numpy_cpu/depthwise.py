@@ -1,50 +1,65 @@
-"""Depthwise 2-D convolution (one input and one output channel per group) tap by tap.
+"""Grouped 2-D convolution, depthwise (one input channel per group) above all.
 
-im2col copies kh·kw values per output and then runs one tiny GEMM per channel (a BLAS call
-per channel: 960 of them for a 7×7 MobileNet layer). Here the padded image is flattened row
-by row into one contiguous run, so tap (i, j) of every output position reads the same run
-shifted by i·Wq + j: each tap is one multiply by the weights and one add over contiguous
-memory, for all channels and images at once, into an accumulator with Wq − Wo columns of
-slack that the final copy drops. A stride s first splits the padded image into its s² phases
-(rows and columns by residue mod s), so a strided tap reads one phase at a shift and stays
-contiguous: the phases pooling reads too (backends/flat_phases.py).
+im2col through the shared path runs one tiny GEMM per group over columns copied window by
+window. Here the padded image is split into its stride phases and each phase flattened row
+by row into one contiguous run (backends/flat_phases.py, shared with pooling), with
+cols − out_w positions of slack per row that the final copy drops: tap (i, j) of every
+output position then reads one phase at a shift. Three layouts use that:
 
-Two layouts of that run, chosen by the plane's size:
-- channel planes (N, C, rows·Wq): each channel's plane is one row of the run, multiplied by
-  its weight as a (C, 1) column. Rows of a few hundred elements (14×14 planes) leave NumPy's
-  ufunc loops short: a tap over 576 planes of 14×16 took 0.053 ms, 0.41 ns per element.
-- channels last (N, rows·Wq, C), for small planes: tap (i, j) shifts the run by (i·Wq + j)·C,
-  and every tap's weights, repeated along the run into rows of about 8192 elements, make each
-  multiply one long contiguous loop (the same tap: 0.035 ms), for a transposing copy in and
-  one out.
-Either way a tap costs two passes (NumPy has no fused multiply-add), so this path is bound by
-NumPy's element-wise rate: docs/kernel-seam.md states the bound against onnxruntime.
+- gathered columns (stride 1, a channel multiplier, or groups of several channels): a
+  strided view of a phase's run is the row of columns of each of its taps, so one copy per
+  phase gathers a block of groups' columns (channels, taps, out_h·cols), and one batched
+  matmul by the weights (group, outputs per group, channels per group · taps) gives the
+  output: for depthwise a BLAS matrix-vector product per channel, reading each column once
+  with fused multiply-adds. (128 → 128 channels in 32 groups at 28×28 by 3×3: 0.31 ms
+  against the shared im2col's 0.37; 256 at 56×56: 2.49 against 3.56.)
+- channel planes (strided): tap by tap, a multiply by the weights as a (C, 1) column and an
+  add over all planes at once. NumPy has no fused multiply-add, so a 3×3 filter costs 17
+  passes where the columns cost 9 copies and one BLAS read; at stride 2 the outputs are a
+  quarter of the image, the passes run from cache and cost less than a BLAS call per
+  channel (144 channels at 56×56 by 3×3/2: 0.47 ms against 0.56 gathered).
+- channels last (strided, small planes): tap (i, j) shifts the run by (i·cols + j)·C, and
+  every tap's weights, repeated along the run into rows of about 8192 elements, make each
+  multiply one long contiguous loop (a 14×16 plane's rows are too short for NumPy's loops),
+  for a transposing copy in and one out.
+
+At stride 1 the columns measured (AMD EPYC, one thread, scratch held as a run holds it, a
+loaded machine; tap passes → columns): 672 channels at 14×14 by 5×5 1.38 → 0.95 ms, 240 at
+28×28 by 5×5 1.42 → 1.00, 384 at 14×14 by 3×3 0.31 → 0.22, 96 at 56×56 by 3×3 0.78 → 0.80.
+Every layout is bound by NumPy's passes over memory against onnxruntime's register-blocked
+kernel; tools/conv_floor.py times that floor (`rows --filter 'Conv dw'`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.flat_phases import PhaseGrid, fill_phases, flat_phases, phase_grid
 
-# Planes (output rows × padded row length) of at most this many elements go channels last
-# (min CPU time against the channel planes, AMD EPYC, 1 thread, a loaded machine: 960 channels
-# at 7×7 0.78×, 384 at 14×14 0.91×, 144 at 28×28 stride 2 0.93×, 240 at 14×14 by 5×5 0.97×;
-# 192 at 28×28, an 840-element plane, 1.25×, 96 at 56×56 1.48×: the two transposing copies
-# then cost more than the longer loops save).
+# A strided filter whose planes (output rows × padded row length) have at most this many
+# elements goes channels last, tap by tap (see the module's docstring).
 CHANNELS_LAST_PLANE = 256
 # Elements per row of a channels-last tap's operands (a whole number of pixels).
 _ROW_ELEMENTS = 8192
-# Images go through the taps a few at a time, so that a tap's operands stay in cache: all 8
-# images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays from memory 17 times.
-# (Blocks of channels within one large image measured no gain: 32 × 112 × 112 1.7 → 2.0 ms.)
+# Images go through a layout a few at a time, so that its operands stay in cache: all 8
+# images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays 17 times tap by tap.
 _CHUNK_ELEMENTS = 1 << 19
+# Column elements gathered per block of channels (1 MB of float32, held in each run's
+# scratch): 96 channels at 56×56 by 3×3 took 0.70 ms in blocks of 2^17, 0.65 of 2^18, 0.67
+# of 2^20; 672 at 14×14 by 5×5 1.01, 0.92, 0.97 (the old tap passes: 0.77, 1.45).
+_BLOCK_ELEMENTS = 1 << 18
+
+# A layout's arguments: x, taps, out, window, geometry, allocate, bias.
+Layout = Callable[..., None]
 
 
-def depthwise_conv(
+def grouped_conv(
     x: np.ndarray,
     taps: np.ndarray,
     out: np.ndarray,
@@ -55,17 +70,118 @@ def depthwise_conv(
     allocate: Scratch,
     bias: np.ndarray | None = None,
 ) -> None:
-    """out (N, C, Ho, Wo) = the depthwise convolution of x (N, C, H, W) by `taps` (C, kh·kw),
-    leading `pads`, plus `bias` (C,) when given (in the final copy), all in one floating
+    """out (N, M, Ho, Wo) = the grouped convolution of x (N, C, H, W) by `taps` (M, C/G ·
+    kh·kw, each filter's channels then taps in row-major order) in G = C / (C/G) groups,
+    leading `pads`, plus `bias` (M,) when given (in the final copy), all in one floating
     type."""
     geometry = phase_grid(tuple(out.shape[2:]), tuple(kernel), tuple(strides), tuple(dilations))
-    layout = _channels_last if geometry.span <= CHANNELS_LAST_PLANE else _channel_planes
+    window = (kernel, strides, pads, dilations)
+    depthwise = out.shape[1] == x.shape[1] and taps.shape[1] == len(geometry.shifts)
+    layout = tap_layout(geometry, tuple(strides), depthwise)
     per_image = x.shape[1] * geometry.rows * geometry.cols
     step = max(1, _CHUNK_ELEMENTS // per_image)
     for first in range(0, x.shape[0], step):
         images = slice(first, first + step)
-        window = (kernel, strides, pads, dilations)
         layout(x[images], taps, out[images], window, geometry, allocate, bias)
+
+
+def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether `grouped_conv` takes a grouped convolution of filters `w_shape` into
+    `out_shape`: a depthwise one always, another where one group's columns fit in a block
+    (larger groups are the shared im2col's, in bands of output rows)."""
+    per_group = w_shape[1]
+    return per_group == 1 or per_group * math.prod(w_shape[2:]) * math.prod(out_shape[2:]) <= (
+        _BLOCK_ELEMENTS
+    )
+
+
+def tap_layout(geometry: PhaseGrid, strides: tuple[int, int], depthwise: bool) -> Layout:
+    """Gathered columns at stride 1 or unless each group is one input and one output
+    channel; a strided depthwise filter tap by tap, channels last over small planes (see
+    the module's docstring)."""
+    if not depthwise or strides == (1, 1):
+        return _gathered_columns
+    return _channels_last if geometry.span <= CHANNELS_LAST_PLANE else _channel_planes
+
+
+@functools.lru_cache(maxsize=256)
+def _phase_taps(
+    kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], cols: int
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """Per phase (ry, rx) that some tap reads: (ry, rx, first shift, tap rows, row step,
+    tap columns, column step) in grid positions, the taps it holds forming that grid; and
+    the taps' row-major indices in this phase order. The rows i with i·d ≡ ry (mod s) step
+    by s / gcd(s, d), so their grid rows i·d // s step by d / gcd(s, d)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    phases, order = [], []
+    for ry in range(sh):
+        rows = [i for i in range(kh) if i * dh % sh == ry]
+        for rx in range(sw):
+            columns = [j for j in range(kw) if j * dw % sw == rx]
+            if not rows or not columns:
+                continue
+            step_y = dh // math.gcd(sh, dh) if len(rows) > 1 else 0
+            step_x = dw // math.gcd(sw, dw) if len(columns) > 1 else 0
+            first = rows[0] * dh // sh * cols + columns[0] * dw // sw
+            phases.append((ry, rx, first, len(rows), step_y * cols, len(columns), step_x))
+            order.extend(i * kw + j for i in rows for j in columns)
+    return tuple(phases), tuple(order)
+
+
+def _gathered_columns(
+    x: np.ndarray,
+    taps: np.ndarray,
+    out: np.ndarray,
+    window: tuple[Sequence[int], ...],
+    g: PhaseGrid,
+    allocate: Scratch,
+    bias: np.ndarray | None,
+) -> None:
+    """Per image and block of groups: one copy per phase of every tap's strided view into
+    columns (block's channels, taps, out_h·cols), one matmul of the weights (block, outputs
+    per group, channels per group · taps) by them (block, channels per group · taps,
+    out_h·cols), one copy of the result without its slack (and with the bias) into out."""
+    kernel, strides, pads, dilations = window
+    phases = flat_phases(x, g.out_hw, kernel, strides, pads, dilations, 0, allocate).data
+    in_phases, order = _phase_taps(tuple(kernel), tuple(strides), tuple(dilations), g.cols)
+    count_taps = len(order)
+    per_group = taps.shape[1] // count_taps
+    groups = x.shape[1] // per_group
+    outputs = out.shape[1] // groups  # per group
+    depth = per_group * count_taps
+    weights = taps.reshape(-1, per_group, count_taps)[:, :, order].reshape(groups, outputs, depth)
+    span, item = g.span, x.itemsize
+    block = max(1, min(groups, _BLOCK_ELEMENTS // (depth * span)))
+    columns = allocate((block * per_group, count_taps, span), x.dtype)
+    result = allocate((block, outputs, span), x.dtype)
+    (out_h, out_w), cols = g.out_hw, g.cols
+    for image in range(x.shape[0]):
+        for first in range(0, groups, block):
+            count = min(block, groups - first)
+            channels = slice(first * per_group, (first + count) * per_group)
+            gathered = columns[: count * per_group]
+            at = 0
+            for ry, rx, shift, tap_rows, step_y, tap_cols, step_x in in_phases:
+                run = phases[ry, rx, image, channels, shift:]
+                grid = (count * per_group, tap_rows, tap_cols, span)
+                view = as_strided(
+                    run,
+                    shape=grid,
+                    strides=(run.strides[0], step_y * item, step_x * item, item),
+                    writeable=False,
+                )
+                np.copyto(gathered[:, at : at + tap_rows * tap_cols].reshape(grid), view)
+                at += tap_rows * tap_cols
+            product = result[:count]
+            np.matmul(
+                weights[first : first + count], gathered.reshape(count, depth, span), out=product
+            )
+            kept = product.reshape(count * outputs, out_h, cols)[..., :out_w]
+            targets = slice(first * outputs, (first + count) * outputs)
+            if bias is None:
+                out[image, targets] = kept
+            else:
+                np.add(kept, bias[targets].reshape(-1, 1, 1), out=out[image, targets])
 
 
 def _channel_planes(

@@ -11,7 +11,7 @@ import numpy as np
 from onemodel.backends.array_kernels import ArrayKernels
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.fp_errors import quiet
-from onemodel.backends.numpy_cpu.depthwise import depthwise_conv
+from onemodel.backends.numpy_cpu.depthwise import grouped_conv, takes_grouped
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
 from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
@@ -19,8 +19,8 @@ from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 from onemodel.backends.numpy_cpu.winograd import WinogradFilter, winograd_conv, winograd_filter
 from onemodel.tensors import HOST
 
-_DEPTHWISE_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
-_BLAS_TYPES = _DEPTHWISE_TYPES
+_GROUPED_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_BLAS_TYPES = _GROUPED_TYPES
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,9 @@ class NumpyKernels(ArrayKernels):
         bias: Any | None = None,
     ) -> None:
         """Winograd for a stride-1 3×3 float32 convolution with a prepared transform whose
-        tiles fill its GEMMs, tap by tap for a 2-D depthwise one (numpy_cpu/depthwise.py), the
-        shared paths for the rest; all with small ufunc buffers (numpy_cpu/ufunc_buffers.py),
-        the bias added in each path's last pass."""
+        tiles fill its GEMMs, gathered columns or tap passes for a 2-D grouped one (depthwise
+        included, numpy_cpu/depthwise.py), the shared paths for the rest; all with small
+        ufunc buffers (numpy_cpu/ufunc_buffers.py), the bias added in each path's last pass."""
         allocate = scratch or self._allocate
         with small_buffers(), quiet():  # inf · 0 and overflow are results, as in `binary`
             if isinstance(weights, PreparedConv) and weights.copies > 1:
@@ -149,13 +149,14 @@ class NumpyKernels(ArrayKernels):
             weights = weights.matrix
         if (
             x.ndim == 4
-            and group == x.shape[1] == w.shape[0]
+            and (group > 1 or x.shape[1] == 1)
             and w.shape[2:] != (1, 1)
+            and takes_grouped(w.shape, out.shape)
             and x.dtype == out.dtype
-            and x.dtype in _DEPTHWISE_TYPES
+            and x.dtype in _GROUPED_TYPES
         ):
-            taps = w.reshape(group, -1) if weights is None else weights.reshape(group, -1)
-            depthwise_conv(x, taps, out, strides, pads, dilations, w.shape[2:], allocate, bias)
+            taps = (w if weights is None else weights).reshape(w.shape[0], -1)
+            grouped_conv(x, taps, out, strides, pads, dilations, w.shape[2:], allocate, bias)
             return
         super().conv_arrays(x, w, out, strides, pads, dilations, group, allocate, weights, bias)
 
