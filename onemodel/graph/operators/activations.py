@@ -159,7 +159,7 @@ class LeakyRelu(WithAlpha):
 
 class ThresholdedRelu(WithAlpha):
     default_alpha = 1.0
-    fast_kernel = (kernels.thresholded_relu, 2)
+    fast_kernel = (kernels.thresholded_relu, 1)
 
     def fast_parameters(self) -> tuple:
         return (self.alpha,)
