@@ -105,6 +105,22 @@ def scalar(xp: Any, x: Any, value: float) -> Any:
     return operand
 
 
+_HOST_CONSTANTS: dict[tuple[Any, tuple[float, ...]], tuple[Any, ...]] = {}
+
+
+def constants(xp: Any, x: Any, values: tuple[float, ...]) -> tuple[Any, ...]:
+    """`scalar` of each of `values`, made once per tuple and type on the host: one look-up a
+    kernel call instead of one a pass (0.17 µs each; Gelu on 128 elements made 17 of them in
+    its 7.5 µs)."""
+    if xp is not np:
+        return tuple(scalar(xp, x, value) for value in values)
+    key = (x.dtype.type, values)
+    operands = _HOST_CONSTANTS.get(key)
+    if operands is None:
+        operands = _HOST_CONSTANTS[key] = tuple(scalar(xp, x, value) for value in values)
+    return operands
+
+
 # At most this many elements, clamp's two ufunc passes cost less than clip's Python wrapper
 # (about 8 µs a call in NumPy 2); above, clip's one pass is the cheaper.
 CLAMP_BY_UFUNCS_UP_TO = 1 << 14
@@ -122,12 +138,12 @@ def clamp(xp: Any, x: Any, low: Any, high: Any, out: Any) -> None:
 
 def _horner(xp: Any, coefficients: tuple[float, ...], s: Any, out: Any) -> None:
     """The polynomial in s (lowest coefficient first) into out: 2·degree passes."""
-    *rest, top = coefficients
-    xp.multiply(s, scalar(xp, s, top), out=out)
-    xp.add(out, scalar(xp, s, rest.pop()), out=out)
+    *rest, top = constants(xp, s, coefficients)
+    xp.multiply(s, top, out=out)
+    xp.add(out, rest.pop(), out=out)
     for coefficient in reversed(rest):
         xp.multiply(out, s, out=out)
-        xp.add(out, scalar(xp, s, coefficient), out=out)
+        xp.add(out, coefficient, out=out)
 
 
 def _tanh_of_odd_polynomial(
@@ -153,13 +169,15 @@ def gelu(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
     (a few float32 ulps of 1 times |x|/2), not relative to the result. -inf gives NaN
     (-inf·0)."""
     h, t = work[:2]
-    xp.multiply(x, scalar(xp, x, 0.5), out=h)
+    half, one = constants(xp, x, (0.5, 1.0))
+    xp.multiply(x, half, out=h)
     _tanh_of_odd_polynomial(xp, h, t, out, t, _GELU_TANH)  # x is not read again: out is work
-    xp.add(t, scalar(xp, x, 1.0), out=t)
+    xp.add(t, one, out=t)
     xp.multiply(t, h, out=out)
 
 
 _TANH_GELU = math.sqrt(2.0 / math.pi)
+_GELU_TANH_CONSTANTS = (0.5, 8.0 * 0.044715 * _TANH_GELU, 2.0 * _TANH_GELU, 1.0)
 
 
 def gelu_tanh(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
@@ -169,13 +187,14 @@ def gelu_tanh(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
     very negative x, costs twice a tanh here). In that tail the error is absolute: a few ulps
     of 1 times |x|/2. -inf gives NaN (-inf·0)."""
     h, t = work[:2]
-    xp.multiply(x, scalar(xp, x, 0.5), out=h)
+    half, cubic, linear, one = constants(xp, x, _GELU_TANH_CONSTANTS)
+    xp.multiply(x, half, out=h)
     xp.multiply(h, h, out=t)
-    xp.multiply(t, scalar(xp, x, 8.0 * 0.044715 * _TANH_GELU), out=t)
-    xp.add(t, scalar(xp, x, 2.0 * _TANH_GELU), out=t)
+    xp.multiply(t, cubic, out=t)
+    xp.add(t, linear, out=t)
     xp.multiply(t, h, out=t)
     xp.tanh(t, out=t)
-    xp.add(t, scalar(xp, x, 1.0), out=t)
+    xp.add(t, one, out=t)
     xp.multiply(t, h, out=out)
 
 
