@@ -16,7 +16,7 @@ CASES = [
     ("LeakyRelu", {"alpha": 0.1}, 16, 0.0),
     ("LeakyRelu", {"alpha": 3.0}, 16, 0.0),
     ("LeakyRelu", {"alpha": -0.5}, 16, 0.0),
-    ("Sigmoid", {}, 13, 0.0),
+    ("Sigmoid", {}, 13, 2.0**-24),  # 1/2 + tanh(x/2)/2: absolute (test_sigmoid_...)
     ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 6, 2.0**-23),
     ("HardSwish", {}, 14, 2.0**-23),
     ("Softsign", {}, 1, 0.0),
@@ -95,3 +95,16 @@ def test_thresholded_relu_gives_positive_zero_below_and_nan_as_zero() -> None:
     (fast,) = run_node("ThresholdedRelu", [x], {"alpha": 0.5}, opset=10)
     np.testing.assert_array_equal(fast, [0, 0, 0, 0.75, 0, 0, np.inf, 0, 0])
     assert not np.signbit(fast).any()
+
+
+def test_sigmoid_is_within_an_absolute_ulp_of_one_half() -> None:
+    """Fast Sigmoid is 1/2 + tanh(x/2)/2, onnxruntime's kind of error: absolute, within 2⁻²⁴
+    (an ulp of the results in [1/2, 1)); the sweep also finds errors above half that bound,
+    which the exp form 1/(1 + exp(-x)) would not show (its error is relative)."""
+    x = np.arange(-40.0, 40.0, 2.0**-10, dtype=np.float32)
+    (fast,) = run_node("Sigmoid", [x], opset=13)
+    truth = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    gap = np.abs(fast - truth)
+    assert gap.max() <= 1.01 * 2.0**-24
+    assert gap.max() > 0.75 * 2.0**-24
+    assert np.all(fast >= 0) and np.all(fast <= 1)

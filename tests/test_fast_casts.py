@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from onemodel.backends import casts
 from onemodel.backends.casts import fast_cast
 from onemodel.tensors import DType
 from onemodel.tensors.conversions import cast
@@ -116,6 +117,34 @@ def test_float32_to_float16_rounds_as_the_reference_rules_over_bit_patterns() ->
     nan = np.isnan(reference)
     np.testing.assert_array_equal(np.isnan(out), nan)
     np.testing.assert_array_equal(out.view(np.uint16)[~nan], reference.view(np.uint16)[~nan])
+
+
+@pytest.mark.parametrize("size", [1, 1000, casts.NUMPY_TO_FLOAT16_BELOW])
+def test_float16_conversions_of_every_size_match_the_reference_rules(size: int) -> None:
+    """Small arrays take NumPy's own conversions, larger ones the bit operations: edge bit
+    patterns (float16's subnormal, normal and overflow thresholds, NaN, infinities, zeros)
+    convert as the reference rules either way."""
+    edges = np.concatenate(
+        [
+            np.arange(0x33000000, 0x33800000, 4099, dtype=np.uint32),
+            np.arange(0x387FF000, 0x38801000, 2, dtype=np.uint32),
+            np.arange(0x477FE000, 0x47800100, 3, dtype=np.uint32),
+            np.uint32([0, 0x7F800000, 0x7FC00000, 0x00000001, 0x3F800000]),
+        ]
+    )
+    bits = np.resize(np.concatenate([edges, edges | 0x80000000]), size)
+    x = bits.view(np.float32)
+    half = np.empty(x.shape, np.float16)
+    assert fast_cast(np, x, half)
+    wide = np.empty(x.shape, np.float32)
+    assert fast_cast(np, half, wide)
+    for ours, reference in (
+        (half, cast(x, DType.FLOAT, DType.FLOAT16)),
+        (wide, cast(half, DType.FLOAT16, DType.FLOAT)),
+    ):
+        _same(ours, reference)
+        number = ~np.isnan(reference)
+        np.testing.assert_array_equal(np.signbit(ours[number]), np.signbit(reference[number]))
 
 
 @pytest.mark.parametrize(

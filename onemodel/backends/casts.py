@@ -65,6 +65,13 @@ def _several_passes(source: Any, target: Any) -> bool:
     return np.float16 in (source, target) or (source.kind == "f" and target.kind in "iu")
 
 
+# Below these sizes NumPy's own float16 conversions, scalar loops (3.3 ns an element to float16,
+# 1.3 from it, AMD EPYC), cost less than the bit operations' ufunc calls (at 1k elements 2.6
+# against 16 µs to float16, 2.0 against 5.9 from it; even at 16k and 4k elements).
+NUMPY_TO_FLOAT16_BELOW = 1 << 14
+NUMPY_FROM_FLOAT16_UP_TO = 1 << 12
+
+
 def _fast_cast(xp: Any, x: Any, out: Any) -> bool:
     source, target = x.dtype, out.dtype
     if source not in _PLAIN or target not in _PLAIN:
@@ -85,16 +92,27 @@ def _fast_cast(xp: Any, x: Any, out: Any) -> bool:
         x = x.astype(np.float32)
         source = x.dtype
     if source == np.float32 and target == np.float16 and xp is np:
-        _float32_to_float16(x, out)
+        if x.size < NUMPY_TO_FLOAT16_BELOW:
+            np.copyto(out, x)
+        else:
+            _float32_to_float16(x, out)
         return True
     if source == np.float16 and xp is np and target.kind == "f":
         if target == np.float32:
-            _float16_to_float32(x, out)
+            _widen_float16(x, out)
         else:
-            xp.copyto(out, _float16_to_float32(x, np.empty(x.shape, np.float32)))
+            xp.copyto(out, _widen_float16(x, np.empty(x.shape, np.float32)))
         return True
     xp.copyto(out, x, casting="unsafe")
     return True
+
+
+def _widen_float16(x: Any, out: Any) -> Any:
+    """float16 x into float32 out: NumPy's conversion for small arrays, else bit operations."""
+    if x.size <= NUMPY_FROM_FLOAT16_UP_TO:
+        np.copyto(out, x)
+        return out
+    return _float16_to_float32(x, out)
 
 
 def _float16_to_float32(x: Any, out: Any) -> Any:
@@ -120,8 +138,8 @@ def _float_to_integer(xp: Any, x: Any, out: Any) -> bool:
     """Truncation toward zero, where every value provably truncates into the target's range."""
     if xp is not np:
         return False
-    if x.dtype == np.float16:  # NumPy's float16 reductions and casts are slow
-        x = _float16_to_float32(x, np.empty(x.shape, np.float32))
+    if x.dtype == np.float16:  # NumPy's float16 reductions are slow
+        x = _widen_float16(x, np.empty(x.shape, np.float32))
     if x.size:
         info = np.iinfo(out.dtype)
         low, high = x.min(), x.max()  # a NaN makes both comparisons false

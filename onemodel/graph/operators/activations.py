@@ -80,7 +80,8 @@ class Tanh(Ufunc):
 
 
 class Sigmoid(Formula):
-    """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0."""
+    """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0 (float32
+    and narrower in fast mode: `backends.activations.sigmoid`, 1/2 + tanh(x/2)/2)."""
 
     fast_kernel = (kernels.sigmoid, 0)
     supports_exact = True
@@ -158,7 +159,7 @@ class LeakyRelu(WithAlpha):
 
 class ThresholdedRelu(WithAlpha):
     default_alpha = 1.0
-    fast_kernel = (kernels.thresholded_relu, 2)
+    fast_kernel = (kernels.thresholded_relu, 1)
 
     def fast_parameters(self) -> tuple:
         return (self.alpha,)
@@ -258,10 +259,11 @@ class HardSwish(Formula):
 class Gelu(Formula):
     """approximate="none": x/2·(1 + erf(x/√2)), evaluated in float64 as x/2·erfc(-x/√2), which
     keeps its relative accuracy for very negative x where 1 + erf cancels (narrower floats in
-    fast mode: `backends.activations.gelu`, x·(1/2 + erf(x/√2)/2) with the rational erf, as
-    onnxruntime evaluates it); "tanh": the tanh
-    approximation x/2·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), as x / (1 + exp(-2u)),
-    which is the same function without that cancellation."""
+    fast mode: `backends.activations.gelu`, x/2·(1 + erf(x/√2)) with the fast erf, as
+    onnxruntime evaluates it); "tanh": the tanh approximation x/2·(1 + tanh(u)),
+    u = √(2/π)·(x + 0.044715·x³), as x / (1 + exp(-2u)), which is the same function without
+    that cancellation (fast mode: `backends.activations.gelu_tanh`, x/2·(1 + tanh(u)) as
+    onnxruntime evaluates it)."""
 
     supports_exact = True
 
@@ -271,7 +273,7 @@ class Gelu(Formula):
         if approximate not in ("none", "tanh"):
             raise node.invalid(f"Gelu needs approximate 'none' or 'tanh', got {approximate!r}")
         self.tanh = approximate == "tanh"
-        self.fast_kernel = (kernels.gelu_tanh, 1) if self.tanh else (kernels.gelu, 4)
+        self.fast_kernel = (kernels.gelu_tanh, 2) if self.tanh else (kernels.gelu, 2)
 
     def formula(self, xp: Any, x: Array) -> Array:
         if self.tanh:
