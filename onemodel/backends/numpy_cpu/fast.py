@@ -10,13 +10,20 @@ import numpy as np
 
 from onemodel.backends.array_kernels import ArrayKernels
 from onemodel.backends.array_types import Scratch
+from onemodel.backends.convolution import conv_geometry
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import depthwise_conv
+from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
 from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
-from onemodel.backends.numpy_cpu.winograd import WinogradFilter, winograd_conv, winograd_filter
+from onemodel.backends.numpy_cpu.winograd import (
+    WinogradFilter,
+    winograd_conv,
+    winograd_filter,
+    winograd_fits,
+)
 from onemodel.tensors import HOST
 
 _DEPTHWISE_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -66,6 +73,34 @@ class NumpyKernels(ArrayKernels):
         matrix = super().conv_weights(w, group)
         transformed = winograd_filter(w, group)
         return matrix if transformed is None else PreparedConv(matrix, transformed)
+
+    def held_conv(
+        self,
+        x_shape: Sequence[int],
+        dtype: Any,
+        out_shape: Sequence[int],
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        group: int,
+        weights: Any,
+    ) -> Any:
+        """Im2col with held buffers (numpy_cpu/held_conv.py) for one group, where `_conv`
+        would take im2col or a single GEMM: not a Winograd filter whose tiles fill its GEMMs,
+        a bank of copied filters or `_shifted_conv`'s layers."""
+        if isinstance(weights, PreparedConv):
+            if weights.copies > 1 or (
+                weights.winograd is not None
+                and tuple(strides) == (1, 1)
+                and winograd_fits(weights.winograd, x_shape[0], out_shape[2:], dilations)
+            ):
+                return None
+            weights = weights.matrix
+        geometry = conv_geometry(kernel, out_shape[2:], strides, pads, dilations)
+        if group != 1 or weights is None or geometry.shiftable(1, x_shape[1], out_shape[1]):
+            return None
+        return held_conv(x_shape, dtype, weights, out_shape, kernel, strides, pads, dilations)
 
     def conv_arrays(
         self,

@@ -115,6 +115,20 @@ def transformed_filter(w: np.ndarray, block: int) -> WinogradFilter:
     )
 
 
+def winograd_fits(
+    prepared: WinogradFilter,
+    batch: int,
+    out_spatial: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> bool:
+    """Whether the tiles of `batch` outputs of `out_spatial` fill Winograd's GEMMs
+    (`_MIN_COLUMNS`), so that `winograd_conv` takes them."""
+    m = prepared.block
+    (out_h, out_w), (dh, dw) = out_spatial, dilations
+    tiles = -(-out_h // (m * dh)) * dh * -(-out_w // (m * dw)) * dw
+    return batch * tiles >= _MIN_COLUMNS[m]
+
+
 def winograd_conv(
     x: np.ndarray,
     prepared: WinogradFilter,
@@ -132,10 +146,10 @@ def winograd_conv(
     batch, channels = x.shape[:2]
     out_h, out_w = out.shape[2:]
     dh, dw = dilations
+    if not winograd_fits(prepared, batch, (out_h, out_w), dilations):
+        return False
     rows, cols = -(-out_h // (m * dh)), -(-out_w // (m * dw))  # tiles per residue
     per_row = batch * dh * cols * dw  # GEMM columns per tile row
-    if rows * per_row < _MIN_COLUMNS[m]:
-        return False
     band = max(1, min(rows, _BAND_ELEMENTS // (t * t * max(channels, out.shape[1]) * per_row)))
     band = max(band, min(rows, -(-_MIN_COLUMNS[m] // per_row)))
     padded = _padded(x, pads, ((rows * m + 2) * dh, (cols * m + 2) * dw), allocate)
