@@ -60,6 +60,11 @@ class HeldConv:
     module docstring). Call it as (x, out, bias or None); it returns False, having written
     nothing, for an out that is not one C-contiguous array (a Concat's slice)."""
 
+    interior: list[tuple[np.ndarray, tuple]]  # (part of the held buffer, x's part for it)
+    # Per task: (column copies, columns or None for x itself, (first image, last image,
+    # first output pixel, last)).
+    tasks: list[tuple[list, np.ndarray | None, tuple[int, int, int, int]]]
+
     def __init__(
         self,
         x_shape: tuple[int, ...],
@@ -81,16 +86,13 @@ class HeldConv:
         kept = [min(n, r - p) for n, r, p in zip(spatial, reach, pads, strict=True)]
         self.source = (..., *(slice(0, k) for k in kept))
         depth = self.matrix.shape[1]
-        pointwise = all(k == 1 for k in kernel + strides) and not any(pads)
-        self.interior: list[tuple[np.ndarray, tuple]] = []
-        if pointwise and tuple(out_spatial) == tuple(spatial):
-            self.tasks: list[tuple[list, np.ndarray | None, tuple]] = [
-                ([], None, (0, batch, 0, self.flat_shape[2]))
-            ]
+        self.interior = []
+        if all(k == 1 for k in kernel) and not any(pads):
+            self._pointwise(x_shape, out_spatial, strides)
             return
         phased = len(kernel) == 2 and any(s > 1 for s in strides)
         if phased:
-            held = self._phase_buffer(x_shape, reach, kept, strides, pads)
+            held = self._phase_buffer(x_shape, reach, kept, kernel, strides, pads, dilations)
         else:
             held = np.zeros((batch, channels, *reach), matrix.dtype)
             inside = tuple(slice(p, p + k) for p, k in zip(pads, kept, strict=True))
@@ -120,22 +122,42 @@ class HeldConv:
                 span = (first, last, start * row_pixels, stop * row_pixels)
                 self.tasks.append((copies, columns[0] if last - first == 1 else columns, span))
 
+    def _pointwise(
+        self, x_shape: tuple[int, ...], out_spatial: tuple[int, ...], strides: tuple[int, ...]
+    ) -> None:
+        """A 1×1 kernel without pads: x is its own columns at unit strides, else its every
+        s-th value copied once into a held buffer (ResNet's 1×1/2 downsampling); one GEMM."""
+        batch, channels = x_shape[:2]
+        pixels = self.flat_shape[2]
+        columns = None
+        if any(s > 1 for s in strides):
+            held = np.empty((batch, channels, *out_spatial), self.matrix.dtype)
+            self.interior.append((held, (..., *(slice(None, None, s) for s in strides))))
+            columns = held.reshape(batch, channels, pixels)
+            columns = columns[0] if batch == 1 else columns
+        self.tasks = [([], columns, (0, batch, 0, pixels))]
+
     def _phase_buffer(
         self,
         x_shape: tuple[int, ...],
         reach: list[int],
         kept: list[int],
+        kernel: tuple[int, ...],
         strides: tuple[int, ...],
         pads: tuple[int, ...],
+        dilations: tuple[int, ...],
     ) -> np.ndarray:
         """The zero buffer P[n, c, py, px, h, w] of the padded input split by stride phase,
-        with the per-phase interior copies of x noted in `self.interior`."""
+        with the interior copies of x noted in `self.interior` for the phases some tap reads
+        (a 1×1/2 convolution reads one of four)."""
         (sy, sx), (top, left) = strides, pads
         heights = [-(-r // s) for r, s in zip(reach, strides, strict=True)]
         held = np.zeros((*x_shape[:2], sy, sx, *heights), self.matrix.dtype)
-        for py in range(sy):
+        rows_read = {i * dilations[0] % sy for i in range(kernel[0])}
+        columns_read = {j * dilations[1] % sx for j in range(kernel[1])}
+        for py in sorted(rows_read):
             h0 = (py - top) % sy
-            for px in range(sx):
+            for px in sorted(columns_read):
                 w0 = (px - left) % sx
                 count_h, count_w = len(range(h0, kept[0], sy)), len(range(w0, kept[1], sx))
                 if not count_h or not count_w:
@@ -145,6 +167,16 @@ class HeldConv:
                 index = (..., slice(h0, kept[0], sy), slice(w0, kept[1], sx))
                 self.interior.append((target, index))
         return held
+
+    def copy_columns(self, x: np.ndarray) -> None:
+        """Only the copies of a run, x into the buffer and every task's columns, without the
+        GEMMs (what tools/conv_floor.py times as the cost of building columns)."""
+        x = x[self.source]
+        for target, index in self.interior:
+            np.copyto(target, x[index])
+        for copies, _, _ in self.tasks:
+            for target, source in copies:
+                np.copyto(target, source)
 
     def __call__(self, x: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
         if not out.flags.c_contiguous:
@@ -161,8 +193,9 @@ class HeldConv:
             product = flat[first:last, :, begin:end]
             if last - first == 1:
                 product = product[0]
-            if columns is None:  # pointwise: x is its own columns
-                columns = x.reshape(x.shape[0], x.shape[1], -1)[first:last]
+            if columns is None:  # a unit-stride 1×1 kernel: x is its own columns
+                columns = x.reshape(x.shape[0], x.shape[1], -1)
+                columns = columns[0] if last - first == 1 else columns
             np.matmul(matrix, columns, out=product)
             if channel_bias is not None:
                 np.add(product, channel_bias, out=product)
