@@ -18,7 +18,7 @@ transform, copy, bias, activation and other operator as zero: a lower bound of o
 time. Where the floor alone is above a target ratio, no NumPy/OpenBLAS kernel of that form
 reaches it.
 
-`rows` also times building an im2col layer's columns as onemodel's held path does
+`rows` also times building an im2col-floored layer's columns as onemodel's held path does
 (numpy_cpu/held_conv.py: x into the zero-bordered buffer, then the window copies, no GEMM),
 and prints GEMM + columns: the floor of that path.
 """
@@ -185,7 +185,7 @@ def rows(pattern: str, runs: int) -> None:
             floor, flops = gemm(*shape), _flops(shape)
             useful = flops
         columns = None
-        if case.op == "Conv":
+        if case.op == "Conv" and what.startswith("im2col"):
             columns = columns_copy(x, w, case.attrs, ours()[0].shape)
         runs_of = (("om", ours), ("ort", theirs), ("floor", floor))
         runs_of += (("cols", columns),) if columns is not None else ()
