@@ -10,13 +10,16 @@ GEMM (W (M, K) @ columns (N, K, P) -> (N, M, P), no transpose) when their column
 a larger image is cut into bands of output rows whose columns stay in cache between the copy
 that writes them and the GEMM that reads them.
 
-A strided 2-D convolution holds its input split by stride phase, P[n, c, py, px, h, w] =
-padded[n, c, h·sy + py, w·sx + px]: then every tap reads a contiguous run of each output row
-rather than every s-th value (the ResNet stem's 7×7/2 columns from 3 × 224 × 224: 0.26 ms
-against 0.68 ms from stride-2 windows, AMD EPYC, 1 thread).
+A 2-D convolution holds its input split by stride phase (one phase at unit strides),
+P[n, c, py, px, h, w] = padded[n, c, h·sy + py, w·sx + px]: then every tap reads a contiguous
+run of each output row rather than every s-th value (the ResNet stem's 7×7/2 columns from
+3 × 224 × 224: 0.26 ms against 0.68 ms from stride-2 windows, AMD EPYC, 1 thread), and rows
+up to `_WIDE_GRID_WIDTH` are computed on a grid as wide as a phase's plane, where each tap's
+columns are one run (`HeldConv._phased`).
 
 The buffers belong to the run state that bound the step; run states are never shared by
-concurrent runs (onemodel/graph/run_state.py).
+concurrent runs (onemodel/graph/run_state.py). An unbound run makes the same computation
+over its scratch (`NumpyKernels._conv`), so both give the same bits.
 """
 
 from __future__ import annotations
