@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_types import Scratch
+from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 
 _BLAS_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 # Elements of one task's columns: small enough to stay in cache between the column copy and
@@ -288,7 +289,11 @@ class HeldConv:
         x = x[self.source]
         for target, index in self.interior:
             np.copyto(target, x[index])
-        flat = out.reshape(self.flat_shape)
+        with small_buffers():  # the crop's broadcast add would buffer 8192 elements
+            self._run_tasks(x, out.reshape(self.flat_shape), bias)
+        return True
+
+    def _run_tasks(self, x: np.ndarray, flat: np.ndarray, bias: np.ndarray | None) -> None:
         matrix = self.matrix
         channel_bias = None if bias is None else bias[:, None]
         for copies, columns, product, cropped, (first, last, begin, end) in self.tasks:
@@ -311,7 +316,6 @@ class HeldConv:
                 np.copyto(rows, cropped)
             else:
                 np.add(cropped, channel_bias[:, None], out=rows)
-        return True
 
 
 def _own(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
