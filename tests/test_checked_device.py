@@ -20,7 +20,7 @@ from onemodel.backends.checked_device import TRANSFERS, DeviceArray, checked_xp
 from onemodel.graph.operators.base import NodeInfo, Operator, RunContext
 from onemodel.graph.plan import StepKind
 from onemodel.graph.weights import WeightStorage
-from onemodel.session import Session, SessionOptions
+from onemodel.session import ExecutionMode, Session, SessionOptions
 
 MODELS = Path(__file__).parent / "models"
 DEVICE = "checked-device"
@@ -191,7 +191,7 @@ def test_exported_models_give_the_numpy_backends_results(name: str, mode: str) -
     path = str(MODELS / f"{name}.onnx")
     results = {}
     for backend in ("numpy", DEVICE):
-        session = Session.load(path, SessionOptions(mode=mode, backend=backend))
+        session = Session.load(path, SessionOptions(mode=ExecutionMode(mode), backend=backend))
         assert session.backend == backend
         results[backend] = session.run(None, feeds, outputs_as="numpy")
         assert all(isinstance(r, np.ndarray) for r in results[backend])
@@ -213,7 +213,7 @@ def test_reduced_precision_weights_stay_reduced_on_the_device(storage: WeightSto
     path = str(MODELS / "cnn.onnx")
     results, weight_bytes = {}, {}
     for backend in ("numpy", DEVICE):
-        options = SessionOptions(mode="exact", backend=backend, weight_storage=storage)
+        options = SessionOptions(mode=ExecutionMode.EXACT, backend=backend, weight_storage=storage)
         session = Session.load(path, options)
         results[backend] = session.run(None, feeds, outputs_as="numpy")
         weight_bytes[backend] = session.graph_summary["weight_bytes"]

@@ -20,6 +20,10 @@ A model's floor sums its Conv nodes' floors (stride-1 3×3 with ≥ 32 channels:
 Winograd's core GEMMs and the direct GEMM) and counts every transform, copy, bias, activation
 and other operator as zero: a lower bound of onemodel's time. Where the floor alone is above
 a target ratio, no NumPy/OpenBLAS kernel of that form reaches it.
+
+`rows` also times building an im2col-floored layer's columns as onemodel's held path does
+(numpy_cpu/held_conv.py: x into the zero-bordered buffer, then the window copies, no GEMM),
+and prints GEMM + columns: the floor of that path.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from threadpoolctl import threadpool_limits
 
 from onemodel import bench_ops
 from onemodel.backends.numpy_cpu import depthwise
+from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.bench_models import bench_set
 from onemodel.session import Session, SessionOptions
 
@@ -167,6 +172,21 @@ def conv_floor(x: tuple, w: tuple, attrs: dict) -> tuple[str, Callable[[], Any],
     return name, gemm(*direct), _flops(direct)
 
 
+def columns_copy(x: tuple, w: tuple, attrs: dict, out: tuple) -> Callable[[], Any] | None:
+    """The column building of the held im2col path for a one-group Conv (None otherwise)."""
+    rank = len(x) - 2
+    if (attrs.get("group") or 1) != 1:
+        return None
+    matrix = _rng.standard_normal((w[0], int(np.prod(w[1:])))).astype(np.float32)
+    pads = tuple(attrs.get("pads") or [0] * rank)[:rank]
+    held = held_conv(
+        x, np.float32, matrix, out, w[2:], tuple(attrs.get("strides") or [1] * rank), pads,
+        tuple(attrs.get("dilations") or [1] * rank),
+    )  # fmt: skip
+    image = _rng.standard_normal(x).astype(np.float32)
+    return None if held is None else (lambda: held.copy_columns(image))
+
+
 def _flops(shape: tuple[int, int, int, int]) -> int:
     batch, m, k, n = shape
     return 2 * batch * m * k * n
@@ -184,7 +204,8 @@ def _engines(model: bytes | str, feeds: dict) -> tuple[Callable[[], Any], Callab
 def rows(pattern: str, runs: int) -> None:
     print(
         f"{'case':38s} {'om ms':>7s} {'ort ms':>7s} {'om/ort':>6s} {'floor ms':>8s} "
-        f"{'floor/ort':>9s} {'floor GFLOP/s':>13s} {'ort GFLOP/s':>11s}  floor"
+        f"{'floor/ort':>9s} {'floor GFLOP/s':>13s} {'ort GFLOP/s':>11s} {'cols ms':>7s} "
+        f"{'+cols/ort':>9s}  floor"
     )
     for case in bench_ops.selected(("layer",), pattern):
         if case.op not in ("Conv", "ConvTranspose"):
@@ -199,14 +220,24 @@ def rows(pattern: str, runs: int) -> None:
             what = f"columns GEMM {shape[1]}x{shape[2]} @ {shape[2]}x{shape[3]}"
             floor, flops = gemm(*shape), _flops(shape)
             useful = flops
+        columns = None
+        if case.op == "Conv" and what.startswith("im2col"):
+            columns = columns_copy(x, w, case.attrs, ours()[0].shape)
         runs_of = (("om", ours), ("ort", theirs), ("floor", floor))
+        runs_of += (("cols", columns),) if columns is not None else ()
         times = interleaved_mins(runs_of, runs)
+        cols = times.get("cols")
+        built = (
+            f"{cols * 1e3:7.3f} {(times['floor'] + cols) / times['ort']:9.2f}"
+            if cols is not None
+            else f"{'-':>7s} {'-':>9s}"
+        )
         rate = f"{flops / times['floor'] / 1e9:13.1f}" if flops else f"{'-':>13s}"
         ort_rate = useful / times["ort"] / 1e9
         print(
             f"{case.name:38s} {times['om'] * 1e3:7.3f} {times['ort'] * 1e3:7.3f} "
             f"{times['om'] / times['ort']:6.2f} {times['floor'] * 1e3:8.3f} "
-            f"{times['floor'] / times['ort']:9.2f} {rate} {ort_rate:11.1f}  {what}",
+            f"{times['floor'] / times['ort']:9.2f} {rate} {ort_rate:11.1f} {built}  {what}",
             flush=True,
         )
 

@@ -27,6 +27,23 @@ class ConvolutionKernels:
     matmul_arrays: Any  # (a, b, out) -> None: the backend's GEMM
     exact_matmul_arrays: Any  # (a, b, out) -> None: exact mode's product
 
+    def held_conv(
+        self,
+        x_shape: Sequence[int],
+        dtype: Any,
+        out_shape: Sequence[int],
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        group: int,
+        weights: Any,
+    ) -> Any:
+        """A call (x, out, bias) -> bool for a fast-mode Conv of one static x shape whose
+        buffers and decisions are made once, here (`weights`: `conv_weights`' result), for a
+        backend that has one; None: `conv_arrays` in every run."""
+        return None
+
     def conv_weights(self, w: Any, group: int) -> Any:
         """W (M, C/group, *K) as `conv_arrays` multiplies it: (group, M/group, C/group·ΠK),
         C-contiguous, in the compute type (float32 for float16 and bfloat16). The Conv operator
@@ -70,7 +87,7 @@ class ConvolutionKernels:
             widened[...] = x
             x = widened
         kernel, out_spatial = w.shape[2:], out.shape[2:]
-        geometry = _conv_geometry(
+        geometry = conv_geometry(
             tuple(kernel), tuple(out_spatial), tuple(strides), tuple(pads), tuple(dilations)
         )
         with quiet():  # inf · 0 and overflow are results, as in `binary`
@@ -304,7 +321,7 @@ def add_channel_bias(xp: Any, out: Any, bias: Any) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _conv_geometry(*args: tuple[int, ...]) -> _ConvGeometry:
+def conv_geometry(*args: tuple[int, ...]) -> _ConvGeometry:
     """_ConvGeometry by its arguments: every run of a convolution asks for the same one."""
     return _ConvGeometry(*args)
 

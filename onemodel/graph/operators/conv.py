@@ -14,6 +14,8 @@ from typing import Any
 
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -248,6 +250,29 @@ class ConvOp(Convolution, PreparesConstants):
         if ctx.exact:
             return ctx.kernels.exact_conv_weights(w, self.group)
         return ctx.kernels.conv_weights(w, self.group)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A constant W: the backend's held convolution (`held_conv`: its buffers, views and
+        GEMMs made once for this run state, numpy_cpu/held_conv.py), falling back to
+        `run_prepared` for an output it cannot write in place; None where it has none."""
+        x, w, out = step.specs[0], step.specs[1], step.outputs[0]
+        if step.prepared is None or step.constants[1] is None or 0 in out.shape:
+            return None
+        placement = self.windows.place(x.shape[2:], w.shape[2:])
+        held = ctx.kernels.held_conv(
+            x.shape, x.numpy_dtype, out.shape, w.shape[2:], placement.strides,
+            placement.pads_begin, placement.dilations, self.group, step.prepared,
+        )  # fmt: skip
+        if held is None:
+            return None
+        prepared, run_prepared = step.prepared, self.run_prepared
+        has_bias = len(step.specs) > 2 and step.specs[2] is not None
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            if not held(inputs[0], outputs[0], inputs[2] if has_bias else None):
+                run_prepared(ctx, prepared, inputs, outputs)
+
+        return call
 
     def run_prepared(
         self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
