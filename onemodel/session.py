@@ -40,6 +40,20 @@ from onemodel.tensors.buffers import checked_by_default
 from onemodel.tensors.shapes import MAX_BYTES, MAX_RANK, check_shape
 
 
+def _option(kind: type[enum.Enum], name: str, given: Any) -> Any:
+    """The member of `kind` that `given` names: a member, its value, or its name in any case;
+    anything else is a SessionError(UNSUPPORTED) that lists the choices."""
+    if isinstance(given, kind):
+        return given
+    for member in kind:
+        if given == member.value or (
+            isinstance(given, str) and given.lower() in (member.name.lower(), str(member.value))
+        ):
+            return member
+    choices = ", ".join(repr(m.name.lower()) for m in kind)
+    raise SessionError(ErrorKind.UNSUPPORTED, f"{name} is one of {choices}, not {given!r}")
+
+
 def _onnx_version() -> str:
     """The installed onnx's version, for errors (importing onnx: only when one is raised)."""
     import onnx
@@ -71,11 +85,11 @@ class SessionOptions:
     (onemodel/graph/float16_widening.py), where the default rounds each to float16 as ONNX
     types them."""
 
-    mode: ExecutionMode = ExecutionMode.FAST
+    mode: ExecutionMode | str = ExecutionMode.FAST
     intra_op_threads: int = 0
-    optimization_level: OptimizationLevel = OptimizationLevel.ALL
+    optimization_level: OptimizationLevel | str | int = OptimizationLevel.ALL
     optimized_model_path: str | None = None
-    weight_storage: WeightStorage = WeightStorage.ORIGINAL
+    weight_storage: WeightStorage | str = WeightStorage.ORIGINAL
     max_cached_plans: int = 16
     backend: str | None = None
     checked: bool | None = None
@@ -83,6 +97,15 @@ class SessionOptions:
     memory_limit: int | None = None
     outputs_as: OutputsAs = "backend"
     float16_intermediates: Literal["float16", "float32"] = "float16"
+
+    def __post_init__(self) -> None:
+        # Spelled as strings ("exact", "ALL", "binary16") too: a mode compared by identity
+        # would otherwise take a string for fast mode without a word.
+        self.mode = _option(ExecutionMode, "mode", self.mode)
+        self.optimization_level = _option(
+            OptimizationLevel, "optimization_level", self.optimization_level
+        )
+        self.weight_storage = _option(WeightStorage, "weight_storage", self.weight_storage)
 
 
 class Session:
@@ -125,11 +148,11 @@ class Session:
             self._graph = CompiledGraph(
                 model,
                 self.kernels,
-                exact=options.mode is ExecutionMode.EXACT,
+                exact=_option(ExecutionMode, "mode", options.mode) is ExecutionMode.EXACT,
                 checked=checked,
                 guard=None if cancel is None else RunGuard(cancel, None),
-                level=OptimizationLevel(options.optimization_level),
-                weight_storage=WeightStorage(options.weight_storage),
+                level=_option(OptimizationLevel, "optimization_level", options.optimization_level),
+                weight_storage=_option(WeightStorage, "weight_storage", options.weight_storage),
                 bodies=compile_body,
             )
         if options.optimized_model_path:
