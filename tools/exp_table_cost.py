@@ -1,6 +1,6 @@
-"""Would a table-driven exp64 make exact LSTM steps cheaper on NumPy? Times one step's two
+"""Would another exp64 or tanh64 make exact LSTM steps cheaper on NumPy? Times one step's two
 activation groups (`exact_recurrent.activations`: LSTM's gates, then tanh of the cell) against
-the same groups with a finer range reduction, side by side (process time, min and median).
+the same groups by two alternatives, side by side (process time, min and median).
 
     OPENBLAS_NUM_THREADS=1 python tools/exp_table_cost.py [hidden]
 
@@ -13,6 +13,11 @@ per element (the present groups take two for each tanh: exp of 2a and expm1's se
 Horner of 12 calls instead of 26 (41 calls for the gates' group instead of 49, 37 for the
 cell's instead of 45), but two of them table lookups (`take`, about 1.2 µs each against
 0.35 µs for a ufunc) and four more besides.
+
+The one-exponential tanh (`one_exponential_group`, the present exp64 and series): each tanh's
+expm1(2a) = 2^k·expm1(r) + (2^k − 1) from the one reduction of 2a (the series of degree 13 over
+|r| ≤ ln2/2, as now where k = 0), so the groups' Horner runs over 1024 and 256 elements
+instead of 1280 and 512, in as many calls (no mask and `putmask`, two more for 2^k − 1).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onemodel.backends.exact_recurrent import activations
+from onemodel.backends.exact_arrays import EXP_LIMIT, EXP_TERMS, INV_LN2, LN2_HI, LN2_LO
+from onemodel.backends.exact_elementary import EXPM1_TERMS, TANH_LIMIT
+from onemodel.backends.exact_recurrent import _horner, activations
 
 _TERMS = 6
 
@@ -90,6 +97,58 @@ def table_group(x: np.ndarray, sigmoid: np.ndarray, tanh: np.ndarray) -> Callabl
     return evaluate
 
 
+def one_exponential_group(
+    x: np.ndarray, sigmoid: np.ndarray, tanh: np.ndarray
+) -> Callable[[], None]:
+    """The one-exponential alternative over `x`, as `activations` is called."""
+    batch, width = x.shape
+    sigmoids, tanhs = width - tanh.shape[1], tanh.shape[1]
+    low, high, inv, hi, lo, limit, one, two = (
+        np.asarray(v)
+        for v in (-EXP_LIMIT, EXP_LIMIT, INV_LN2, LN2_HI, LN2_LO, TANH_LIMIT, 1.0, 2.0)
+    )
+    arguments, k, r, work = (np.empty((batch, width)) for _ in range(4))
+    k_int = np.empty((batch, width), dtype=np.int32)
+    power = np.empty((batch, tanhs))
+    polynomial, total = _horner(np, ((sigmoids, EXP_TERMS), (tanhs, EXPM1_TERMS)), r)
+    x_sigmoid, x_tanh = x[:, :sigmoids], x[:, sigmoids:]
+    clamped, twice = arguments[:, :sigmoids], arguments[:, sigmoids:]
+    series, expm1 = total[:, sigmoids:], work[:, sigmoids:]
+    r_tanh, k_tanh, exp_sigmoid = r[:, sigmoids:], k_int[:, sigmoids:], work[:, :sigmoids]
+
+    def evaluate() -> None:
+        if sigmoids:
+            np.maximum(x_sigmoid, low, out=clamped)
+            np.minimum(clamped, high, out=clamped)
+        if tanhs:
+            np.absolute(x_tanh, twice)
+            np.minimum(twice, limit, out=twice)
+            np.multiply(twice, two, twice)
+        np.multiply(arguments, inv, k)
+        np.rint(k, k)
+        np.multiply(k, hi, work)
+        np.subtract(arguments, work, r)
+        np.multiply(k, lo, work)
+        np.subtract(r, work, r)
+        k_int[...] = k
+        polynomial()
+        if tanhs:
+            np.multiply(series, r_tanh, series)  # expm1(r)
+        np.ldexp(total, k_int, work)
+        if sigmoids:
+            np.add(exp_sigmoid, one, sigmoid)
+            np.divide(one, sigmoid, sigmoid)
+        if tanhs:
+            np.ldexp(one, k_tanh, power)
+            np.subtract(power, one, power)
+            np.add(expm1, power, expm1)
+            np.add(expm1, two, tanh)
+            np.divide(expm1, tanh, tanh)
+            np.copysign(tanh, x_tanh, tanh)
+
+    return evaluate
+
+
 def _times(run: Callable[[], None], calls: int = 2000, repeats: int = 7) -> tuple[float, float]:
     run()
     per_call = []
@@ -113,7 +172,11 @@ def main() -> None:
     }
     for name, arrays in groups.items():
         present, table = _times(activations(np, *arrays)), _times(table_group(*arrays))
-        print(f"{name}: present {present} µs, table-driven {table} µs (min, median)")
+        single = _times(one_exponential_group(*arrays))
+        print(
+            f"{name}: present {present} µs, table-driven {table} µs, "
+            f"one exponential per tanh {single} µs (min, median)"
+        )
 
 
 if __name__ == "__main__":
