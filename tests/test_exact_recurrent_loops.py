@@ -169,3 +169,21 @@ def test_fsum_exact_path_rounds_to_odd_as_odd_sum() -> None:
         for row in (terms, terms[:-1], np.zeros(3)):
             odd = exact_gemm.odd_sum(np, row[None])
             assert_bits(exact_gemm._fsum_odd(row[None]), odd, "fsum vs odd_sum")
+
+
+def test_exact_path_sums_on_the_host_up_to_a_budget_of_products(monkeypatch) -> None:
+    """A few short dot products take the host's fsum, one long one `odd_sum` (the cheaper of
+    the two by K), with odd_sum's values either way."""
+    rng = np.random.default_rng(8)
+    hosted = []
+    fsum_odd = exact_gemm._fsum_odd
+    monkeypatch.setattr(exact_gemm, "_fsum_odd", lambda t: hosted.append(t.shape) or fsum_odd(t))
+    for k, count, on_host in ((128, 8, True), (128, 9, False), (3072, 1, False), (1024, 1, True)):
+        a = rng.standard_normal((count, k)).astype(np.float32).astype(np.float64)
+        b = rng.standard_normal((k, 5)).astype(np.float32).astype(np.float64)
+        index = (np.arange(count), np.arange(count) % 5)
+        hosted.clear()
+        got = exact_gemm.exact_dots(np, a, b, index)
+        assert bool(hosted) == on_host, (k, count)
+        want = exact_gemm.odd_sum(np, a[index[0]] * b[:, index[1]].T)
+        assert_bits(got, want, f"exact_dots of {count} × K = {k}")

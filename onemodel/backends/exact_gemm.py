@@ -220,6 +220,10 @@ class RowProduct:
         self.norms = xp.empty((rows, 1), dtype=xp.float64)
         self.radius = xp.empty((2, rows, columns), dtype=xp.float64)
         self.bounds = xp.empty((2, rows, columns), dtype=xp.float64)
+        self.tested = (
+            xp.empty((2, rows, columns), dtype=xp.float32),
+            xp.empty((rows, columns), dtype=xp.bool_),
+        )
 
     def __call__(self, a: Array) -> Array | None:
         xp, norms = self.xp, self.norms
@@ -231,7 +235,7 @@ class RowProduct:
         xp.sqrt(norms, out=norms)
         xp.multiply(norms, self.signed_norms, out=self.radius)
         xp.add(self.approx, self.radius, out=self.bounds)  # approx − r, approx + r
-        value, undecided = enclose_float32(xp, self.bounds, self.radius[1])
+        value, undecided = enclose_float32(xp, self.bounds, self.radius[1], self.tested)
         if undecided is not None:
             if not bool(xp.all(xp.isfinite(norms))):
                 return None
@@ -328,7 +332,9 @@ def _radius_factor(depth: int, dtype: Any) -> float:
     return (depth + (11 if dtype == np.float32 else 9)) * 2.0**-53
 
 
-def enclose_float32(xp: Any, ends: Array, radius: Array) -> tuple[Array, Array | None]:
+def enclose_float32(
+    xp: Any, ends: Array, radius: Array, buffers: tuple[Array, Array] | None = None
+) -> tuple[Array, Array | None]:
     """The float32 value of the exact result where the enclosure decides it. `ends` [2, ...]
     holds approx − r and approx + r (each rounded in float64; r from `_radius_factor`'s
     float32 factor, `radius`); both are converted to float32 (one rounding to nearest each),
@@ -337,10 +343,17 @@ def enclose_float32(xp: Any, ends: Array, radius: Array) -> tuple[Array, Array |
     step 3). That covers signed zeros (a −0 BLAS sum with r = 0, an exact +0, has the ends −0
     and +0), infinite results and subnormals; on a library whose conversion flushes
     subnormals, zeros are left open. Returns that float32 array (a view) and where elements
-    are left open, or None where none is; r = 0 elements are +0."""
-    rounded = ends.astype(xp.float32)
+    are left open, or None where none is; r = 0 elements are +0. `buffers` (a float32 array
+    of `ends`' shape and a bool one of `radius`') receive the conversion and the test, for a
+    caller that repeats them (a recurrent step: two allocations fewer)."""
+    if buffers is None:
+        rounded = ends.astype(xp.float32)
+        undecided = None
+    else:
+        rounded, undecided = buffers
+        xp.copyto(rounded, ends, casting="unsafe")
     bits = rounded.view(xp.int32)
-    undecided = bits[0] != bits[1]
+    undecided = xp.not_equal(bits[0], bits[1], out=undecided)
     if xp is not np:  # a flushing conversion: its zeros may stand for subnormals
         undecided |= rounded[0] == 0
     value = rounded[0]
@@ -405,15 +418,16 @@ def exact_dots(xp: Any, a: Array, b: Array, index: tuple[Array, ...]) -> Array:
     product's shape), each the exact sum rounded to odd at float64's 53 bits. a and b hold
     finite float32/float16/bfloat16 values as float64."""
     *batch_index, rows, cols = index
-    if xp is np and not batch_index and rows.shape[0] <= _FSUM_DOTS:  # a recurrent step's
-        return _fsum_odd(a[rows] * b[:, cols].T)
     depth = a.shape[-1]
+    on_host = xp is np and rows.shape[0] * depth <= _FSUM_PRODUCTS
+    if on_host and not batch_index:  # a recurrent step's one or two
+        return _fsum_odd(a[rows] * b[:, cols].T)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     b_rows = xp.swapaxes(b, -1, -2)
     a_full = a if a.shape[:-2] == batch else xp.broadcast_to(a, (*batch, *a.shape[-2:]))
     if b.shape[:-2] != batch:
         b_rows = xp.broadcast_to(b_rows, (*batch, *b_rows.shape[-2:]))
-    if xp is np and rows.shape[0] <= _FSUM_DOTS:
+    if on_host:
         at = tuple(batch_index)
         return _fsum_odd(a_full[(*at, rows)] * b_rows[(*at, cols)])
     block = max(1, _BLOCK_VALUES // depth)
@@ -425,9 +439,11 @@ def exact_dots(xp: Any, a: Array, b: Array, index: tuple[Array, ...]) -> Array:
     return xp.concatenate(sums)
 
 
-# Up to this many dot products, NumPy's exact path takes `_fsum_odd` (about 25 µs each) rather
-# than `odd_sum` (about 120 µs for any small number): a recurrent step leaves one or two open.
-_FSUM_DOTS = 4
+# Up to this many products (open elements times K), NumPy's exact path takes `_fsum_odd`
+# (about 0.04 µs a product) rather than `odd_sum` (about 45 µs for up to a few dozen dot
+# products of K ≤ 768, measured on an AMD EPYC): a recurrent step leaves one or two open, a
+# projection X·Wᵀ of K = 128 or 256 a few; one dot product of K = 3072 is 3 times cheaper so.
+_FSUM_PRODUCTS = 1024
 _TWO_53 = 2.0**53
 
 
@@ -436,14 +452,15 @@ def _fsum_odd(terms: np.ndarray) -> np.ndarray:
     rounded to nearest, Shewchuk's algorithm; a faithful rounding would do) and the sign of
     the exact remainder Σ terms − s (fsum again, so exact); an inexact s with an even last
     bit moves one ulp toward the exact sum. That is the sum rounded to odd, whichever way it
-    is computed (an exact zero is +0)."""
+    is computed (an exact zero is +0). An odd s stays as it is, so only an even one needs
+    the remainder."""
     sums = []
     for row in terms.tolist():
         total = math.fsum(row)
-        if total != 0:
+        if total != 0 and int(math.frexp(total)[0] * _TWO_53) % 2 == 0:
             row.append(-total)
             rest = math.fsum(row)
-            if rest != 0 and int(math.frexp(total)[0] * _TWO_53) % 2 == 0:
+            if rest != 0:
                 total = math.nextafter(total, math.copysign(math.inf, rest))
         sums.append(total if total != 0 else 0.0)
     return np.asarray(sums, dtype=np.float64)

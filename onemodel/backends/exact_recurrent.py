@@ -214,14 +214,13 @@ class _Loop:
         """Every step over `projected` [T, B, gates·H] (X·Wᵀ and the biases, float64, ONNX
         gate order) from the initial states ([B, H] float64), writing each h rounded once into
         y [T, B, H] when given; the final states, or None (see the module's docstring)."""
-        xp, hidden = self.xp, self.hidden
-        blocks = projected.reshape(*projected.shape[:2], -1, hidden)  # the loop's gate order
-        order = [b for b, _ in self.blocks]
-        if order != sorted(order):
-            blocks = blocks[:, :, order]
-        if any(sign < 0 for _, sign in self.blocks):
-            blocks = blocks * xp.asarray([s for _, s in self.blocks])[:, None]  # exact
-        projected = blocks.reshape(projected.shape)
+        xp = self.xp
+        if any(block != i or sign != 1.0 for i, (block, sign) in enumerate(self.blocks)):
+            given = projected.reshape(*projected.shape[:2], -1, self.hidden)
+            projected = xp.empty(projected.shape, dtype=projected.dtype)
+            ordered = projected.reshape(given.shape)
+            for index, (block, sign) in enumerate(self.blocks):  # the loop's order and signs
+                xp.multiply(given[:, :, block], sign, out=ordered[:, :, index])  # exact
         rows = list(projected)
         self.start(states)
         self.round_state(None)
