@@ -256,6 +256,44 @@ def test_padded_pool_applies_only_to_small_inputs() -> None:
     np.testing.assert_array_equal(ours, _onnxruntime(model, {"x": x})[0])
 
 
+# -- Resize ---------------------------------------------------------------------------------
+
+RESIZES = [
+    ({"mode": "nearest"}, [1, 1, 2, 2], None),
+    ({"mode": "nearest", "nearest_mode": "floor"}, [1, 1, 0.5, 1.5], None),
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+      "nearest_mode": "ceil"}, [1, 1, 1.7, 0.6], None),
+    ({"mode": "linear"}, [1, 1, 2, 2], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, [2, 3, 5, 13]),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": 7.0}, [1, 1, 1.5, 2], None),
+    ({"mode": "cubic"}, [1, 1, 2, 0.75], None),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, [1, 1, 1.25, 3], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attrs", "scales", "sizes"), RESIZES, ids=range(len(RESIZES)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bound_resize_matches_onnxruntime(
+    attrs: dict, scales: list | None, sizes: list | None, dtype: type
+) -> None:
+    x = RNG.standard_normal((2, 3, 6, 8)).astype(dtype)
+    code = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    roi = np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 1.2] if "extrapolation_value" in attrs else [])
+    inputs = {"x": (code, None), "roi": (F, roi.astype(np.float32))}
+    if scales is not None:
+        inputs["scales"] = (F, np.array(scales, np.float32))
+    else:
+        inputs["scales"] = (F, np.array([], np.float32))
+        inputs["sizes"] = (TensorProto.INT64, np.array(sizes, np.int64))
+    model = _model("Resize", inputs, attrs, opset=19, output_types=(code,))
+    ours = _bound_and_unbound(model, {"x": x})
+    # onnxruntime resizes no doubles: its float32 result, to float32's precision
+    narrow = _model("Resize", dict(inputs, x=(F, None)), attrs, opset=19)
+    (theirs,) = _onnxruntime(narrow, {"x": x.astype(np.float32)})
+    _close(ours, [theirs.astype(dtype)], 1e-5)
+
+
 # -- Transpose, and outputs that are never shared -------------------------------------------
 
 
@@ -279,6 +317,18 @@ MODELS = {
     "attention": (None, (1, 2, 3, 4)),
     "max pool": (_model("MaxPool", {"x": (F, None)}, POOLS[0], opset=12), (1, 2, 6, 6)),
     "average pool": (_model("AveragePool", {"x": (F, None)}, POOLS[0]), (1, 2, 6, 6)),
+    "resize": (
+        _model(
+            "Resize",
+            {
+                "x": (F, None),
+                "roi": (F, np.array([], np.float32)),
+                "scales": (F, np.array([1, 1, 2, 2], np.float32)),
+            },
+            {"mode": "linear"},
+        ),
+        (1, 2, 5, 5),
+    ),
 }
 
 
