@@ -15,7 +15,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onemodel
 from onemodel.backends.padded_pool import PADDED_POOL_MAX
-from onemodel.backends.small_rows import SMALL_ROW_MAX, SmallRows, fits_small_rows
+from onemodel.backends.small_rows import (
+    CENTER_BY_PRODUCT,
+    SMALL_ROWS_MAX,
+    SmallRows,
+    fits_small_rows,
+)
 from onemodel.graph.run_state import RunState
 
 F = TensorProto.FLOAT
@@ -81,7 +86,14 @@ def _close(ours: list[np.ndarray], theirs: list[np.ndarray], tolerance: float = 
 
 @pytest.mark.parametrize(
     ("shape", "axis", "epsilon"),
-    [((2, 7, 64), -1, 1e-5), ((3, 5, 4, 8), -2, 1e-3), ((1, 128), 1, 1e-6), ((6, 3), -1, 0.5)],
+    [
+        ((2, 7, 64), -1, 1e-5),
+        ((3, 5, 4, 8), -2, 1e-3),
+        ((1, 128), 1, 1e-6),
+        ((6, 3), -1, 0.5),
+        ((4, 256), -1, 1e-5),
+        ((2, 3, 40, 50), 2, 1e-5),
+    ],
 )
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_small_layer_norm_matches_onnxruntime_bound_and_unbound(
@@ -110,9 +122,12 @@ def test_small_layer_norm_with_run_time_scale_and_stash_outputs_matches_onnxrunt
     _close(ours, _onnxruntime(stash, {"x": x}), 5e-6)
 
 
-def test_small_rows_kernel_against_a_float64_oracle() -> None:
-    rows, cols = 9, SMALL_ROW_MAX
-    assert fits_small_rows(rows, cols) and not fits_small_rows(rows, cols + 1)
+@pytest.mark.parametrize("cols", [64, 128, 1000])
+def test_small_rows_kernel_against_a_float64_oracle(cols: int) -> None:
+    """Both centerings (by the product, by the means), on offset data."""
+    rows = 9
+    assert (rows * cols * cols <= CENTER_BY_PRODUCT) == (cols == 64)
+    assert fits_small_rows(rows, cols) and not fits_small_rows(SMALL_ROWS_MAX // cols + 1, cols)
     x = (RNG.standard_normal((rows, cols)) * 100 + 1000).astype(np.float32)
     scale = RNG.standard_normal(cols).astype(np.float32)
     out = np.empty_like(x)

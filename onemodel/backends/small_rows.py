@@ -1,13 +1,16 @@
-"""Standardizing a few short rows (a small LayerNormalization) in eight whole-array calls.
+"""Standardizing a few short rows (a small LayerNormalization) in eight or nine whole-array
+calls.
 
 For [14, 64] float32 the blocked kernel (normalization.Standardization._standardize_rows:
 pairwise row sums, a batch of row dot products, broadcasts with one row's ufunc buffer) took
-about 20 us, most of it per-call cost. Here the rows are centered by one product with the
-centering matrix I − 1/n (no mean, no broadcast subtraction), the variance is one
-matrix-vector product of the squares, and scale and bias (constants tiled to the rows once by
-`bind`, or broadcast: the same bits) need no broadcasting loop: eight calls, about 5 us
-(AMD EPYC, one thread). The product costs rows·n² multiply-adds, so only short rows of small
-arrays come here (`fits_small_rows`); the blocked kernel stays for the rest.
+about 20 us, most of it per-call cost. Here the rows of the smallest arrays are centered by
+one product with the centering matrix I − 1/n (no mean, no broadcast subtraction; the
+product costs rows·n² multiply-adds, at most `CENTER_BY_PRODUCT`), the others by their
+means (one matrix-vector product) and one broadcast subtraction; the variance is one
+matrix-vector product of the squares, and scale and bias (constants tiled to the rows once
+by `bind`, or broadcast: the same bits) need no broadcasting loop: [14, 64] about 5 us,
+[4, 256] 13.5 -> 6.4 us, [16, 1024] 25 -> 16 us (AMD EPYC, one thread). Arrays over
+`SMALL_ROWS_MAX` elements keep the blocked kernel, whose per-call costs no longer dominate.
 """
 
 from __future__ import annotations
@@ -16,15 +19,18 @@ from typing import Any
 
 import numpy as np
 
-# At most this many elements and this long a row: the centering product then costs at most
-# 2**14·128 multiply-adds, under the calls it replaces (measured at [14, 64] and [64, 128]).
+from onemodel.backends.broadcasting import ufunc_into
+
+# At most this many elements run here; the rows are centered by a product where it costs at
+# most CENTER_BY_PRODUCT multiply-adds (rows·n²): [14, 64] 5.4 against 6.4 us by the means,
+# [32, 32] 7.3 against 9.2, but [64, 128] 19 against 10 (AMD EPYC, one thread).
 SMALL_ROWS_MAX = 1 << 14
-SMALL_ROW_MAX = 128
+CENTER_BY_PRODUCT = 1 << 17
 
 
 def fits_small_rows(rows: int, cols: int) -> bool:
     """Whether a float32 standardization of (rows, cols) runs here."""
-    return 0 < cols <= SMALL_ROW_MAX and 0 < rows * cols <= SMALL_ROWS_MAX
+    return cols > 0 and 0 < rows * cols <= SMALL_ROWS_MAX
 
 
 class SmallRows:
@@ -38,8 +44,9 @@ class SmallRows:
     ) -> None:
         f = np.float32
         self.xp = xp
-        center = np.eye(cols, dtype=f) - f(1.0 / cols)  # made on the host, copied once
-        self.center = xp.asarray(center)
+        self.center = None
+        if rows * cols * cols <= CENTER_BY_PRODUCT:  # made on the host, copied once
+            self.center = xp.asarray(np.eye(cols, dtype=f) - f(1.0 / cols))
         self.weights = xp.full((cols, 1), 1.0 / cols, dtype=f)
         self.squares = xp.empty((rows, cols), dtype=f)
         self.deviation = xp.empty((rows, 1), dtype=f)
@@ -49,7 +56,11 @@ class SmallRows:
     def __call__(self, x: Any, out: Any) -> None:
         """x and out (rows, cols) float32, out C-contiguous; NumPy's errors ignored already."""
         xp, deviation, squares = self.xp, self.deviation, self.squares
-        xp.dot(x, self.center, out=out)
+        if self.center is None:
+            xp.dot(x, self.weights, out=deviation)  # the means, for now
+            ufunc_into(xp, xp.subtract, x, deviation, out=out)
+        else:
+            xp.dot(x, self.center, out=out)
         xp.multiply(out, out, out=squares)
         xp.dot(squares, self.weights, out=deviation)
         xp.add(deviation, self.epsilon, out=deviation)
