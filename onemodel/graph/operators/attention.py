@@ -22,10 +22,13 @@ from onemodel.backends.exact_arrays import exp64
 from onemodel.backends.exact_elementary import tanh64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import narrow, store, widen
+from onemodel.backends.plain_attention import PlainAttention
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -313,8 +316,49 @@ class AttentionOp(DotProductAttention):
 
     # -- run -----------------------------------------------------------------------------
 
+    def _plain(self, arrays: Sequence[Any]) -> bool:
+        """Whether a fast run with these inputs (arrays or specs, None where absent) is
+        `PlainAttention`'s: 4-D float32 Q, K and V with one query head per key/value head, Y
+        alone wanted, and nothing that masks, caps or caches."""
+        if len(arrays) < 3 or any(a is not None for a in arrays[3:]):
+            return False
+        if any(self.node.outputs[1:]) or self.softcap > 0 or self.is_causal:
+            return False
+        if self.left >= 0 or self.right >= 0 or self.softmax_type not in (None, DType.FLOAT):
+            return False
+        q, k, v = arrays[:3]
+        shapes = [a.shape for a in (q, k, v)]
+        types = {a.dtype for a in (q, k, v)}
+        return (
+            all(len(shape) == 4 for shape in shapes)
+            and types in ({DType.FLOAT}, {np.dtype(np.float32)})
+            and shapes[0][1] == shapes[1][1]
+            and min(shapes[0][2], shapes[1][2]) > 0
+        )
+
+    def _plain_kernel(self, xp: Any, q_shape: tuple[int, ...], k_shape: tuple[int, ...]) -> Any:
+        root = self._root_scale(self.scale, q_shape[-1], np.float32)
+        return PlainAttention(xp, q_shape, k_shape, root)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """`PlainAttention` (which `run` also takes for such inputs) with its work arrays made
+        once for this run state."""
+        if ctx.exact or not self._plain(step.specs):
+            return None
+        kernel = self._plain_kernel(ctx.xp, step.specs[0].shape, step.specs[1].shape)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            kernel(inputs[0], inputs[1], inputs[2], outputs[0])
+
+        return call
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         xp = ctx.xp
+        if not ctx.exact and self._plain(inputs):
+            with quiet():
+                kernel = self._plain_kernel(xp, inputs[0].shape, inputs[1].shape)
+                kernel(*inputs[:3], outputs[0])
+            return
         q, k, v, mask, past_key, past_value = (*inputs[:6], *[None] * (6 - len(inputs[:6])))
         nonpad = inputs[6] if len(inputs) > 6 else None
         packed = q.ndim == 3

@@ -19,8 +19,11 @@ from onemodel.backends.broadcasting import ufunc_into
 from onemodel.backends.exact_normalization import lp_normalize64, lrn64, standardize64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.small_rows import SmallRows, fits_small_rows
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -331,6 +334,40 @@ class LayerNormalizationOp(Standardization):
         specs += [ctx.output(self.stash_type, stats) for _ in self.node.outputs[1:3]]
         return specs
 
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """Small float32 rows with constant scale and bias (`small_rows.SmallRows`, which `run`
+        also takes for them): its work arrays and the tiled scale and bias made once."""
+        x, out = step.specs[0], step.outputs
+        constants = (*step.constants, None)[1:3]
+        given = (*step.specs, None)[1:3]
+        if (
+            len(out) != 1
+            or self.stash_type != DType.FLOAT
+            or not all(
+                spec is None or (spec.dtype == DType.FLOAT and value is not None)
+                for spec, value in zip((x, *given), (0, *constants), strict=True)
+            )
+        ):
+            return None
+        axis = self.axis % len(x.shape)
+        cols = math.prod(x.shape[axis:])
+        rows = math.prod(x.shape[:axis])
+        if not fits_small_rows(rows, cols):
+            return None
+        tiled = [
+            None if value is None else ctx.xp.tile(value.reshape(-1), (rows, 1))
+            for value in constants
+        ]
+        if any(t is not None and t.shape != (rows, cols) for t in tiled):
+            return None
+        kernel = SmallRows(ctx.xp, rows, cols, self.epsilon, *tiled)
+        shape = (rows, cols)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            kernel(inputs[0].reshape(shape), outputs[0].reshape(shape))
+
+        return call
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x, scale = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
@@ -354,6 +391,14 @@ class LayerNormalizationOp(Standardization):
             and (bias is None or bias.size == normalized)
         ):
             rows = (-1, normalized)
+            if fits_small_rows(x.size // normalized, normalized):
+                kernel = SmallRows(
+                    xp, x.size // normalized, normalized, self.epsilon, scale.reshape(-1),
+                    None if bias is None else bias.reshape(-1),
+                )  # fmt: skip
+                with quiet():
+                    kernel(x.reshape(rows), outputs[0].reshape(rows))
+                return
             self._standardize_rows(
                 ctx, x.reshape(rows), self.epsilon, outputs[0].reshape(rows),
                 scale.reshape(-1), None if bias is None else bias.reshape(-1),

@@ -9,6 +9,7 @@ or average and is refused. float16 and bfloat16 are accumulated in float32.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +19,11 @@ from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_ax
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.padded_pool import PADDED_POOL_MAX, PaddedPool
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -93,6 +97,30 @@ class WindowPool(Operator):
         placement = self._place(shape)
         return ctx.output(ctx.dtype(0), (*shape[:2], *placement.out_spatial)), placement
 
+    def _padded(
+        self, xp: Any, shape: tuple[int, ...], dtype: Any, types: str, **options: Any
+    ) -> PaddedPool | None:
+        """A `PaddedPool` for a fast run of a 2-D pooling of this input shape and type (NumPy
+        type characters `types`), or None where the shared kernels run it."""
+        if len(shape) != 4 or np.dtype(dtype).char not in types:
+            return None
+        if not 0 < math.prod(shape) <= PADDED_POOL_MAX:
+            return None
+        placement = self._place(shape)
+        return PaddedPool(
+            xp, shape, placement.out_spatial, self.windows.kernel_shape, placement.strides,
+            placement.pads_begin, placement.dilations, dtype, **options,
+        )  # fmt: skip
+
+    def _bind_kernel(self, kernel: PaddedPool | None) -> BoundCall | None:
+        if kernel is None:
+            return None
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            kernel(inputs[0], outputs[0])
+
+        return call
+
     def _kernel_args(self, x: Array) -> tuple[Any, ...]:
         placement = self._place(x.shape)
         return (
@@ -131,9 +159,27 @@ class MaxPoolOp(WindowPool):
             return [spec]
         return [spec, ctx.output(DType.INT64, spec.shape)]
 
+    def _max_kernel(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> PaddedPool | None:
+        """The padded kernel for a fast run without Indices (float32, float64, int8, uint8)."""
+        if self.wants_indices:
+            return None
+        return self._padded(xp, shape, dtype, "fdbB", maximum=True)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A small input: its `PaddedPool` (which `run` also takes) made once."""
+        if ctx.exact:
+            return None
+        spec = step.specs[0]
+        return self._bind_kernel(self._max_kernel(ctx.xp, spec.shape, spec.numpy_dtype))
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         indices = outputs[1] if self.wants_indices else None
+        kernel = None if ctx.exact else self._max_kernel(ctx.xp, x.shape, x.dtype)
+        if kernel is not None:
+            with quiet():
+                kernel(x, outputs[0])
+            return
         if ctx.exact:
             ctx.kernels.exact_max_pool_arrays(x, outputs[0], *self._kernel_args(x), indices=indices)
         else:
@@ -212,10 +258,31 @@ class AveragePoolOp(WindowPool):
             self._divisors[key] = divisor
         return divisor
 
+    def _sum_kernel(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> PaddedPool | None:
+        """The padded kernel for a fast run (float32, float64), dividing as it ends."""
+        if np.dtype(dtype).char not in "fd" or len(shape) != 4:
+            return None
+        divisor = self._cached_divisor(xp, shape, dtype)
+        return self._padded(
+            xp, shape, dtype, "fd", maximum=False, row_major=self._row_major, divisor=divisor
+        )
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """A small input: its `PaddedPool` (which `run` also takes) made once."""
+        if ctx.exact:
+            return None
+        spec = step.specs[0]
+        return self._bind_kernel(self._sum_kernel(ctx.xp, spec.shape, spec.numpy_dtype))
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         (out,) = outputs
         xp = ctx.xp
+        kernel = None if ctx.exact else self._sum_kernel(xp, x.shape, x.dtype)
+        if kernel is not None:
+            with quiet():
+                kernel(x, out)
+            return
         if ctx.exact:
             divisor = self._divisor(x.shape, self._place(x.shape))
             ctx.kernels.exact_average_pool_arrays(x, out, *self._kernel_args(x), divisor)

@@ -42,7 +42,10 @@ from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
+    NeedsRunTimeValues,
     NodeInfo,
     OpDef,
     Operator,
@@ -283,6 +286,17 @@ def window(x: np.ndarray, taps: int) -> np.ndarray:
     return start.astype(np.int64)[:, None] + np.arange(taps)
 
 
+@dataclass(frozen=True, slots=True)
+class _Shaped:
+    """A shape where `last_axis_early` and the table order want an array (plan time)."""
+
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
 class InterpolationOp(Operator):
     """Resize's machinery; subclasses say how attributes and inputs give the targets."""
 
@@ -324,19 +338,67 @@ class InterpolationOp(Operator):
         if out.size == 0:
             return
         targets = self.targets(data.shape, run_values(ctx, inputs))
+        tables = self._ordered_tables(data, out, targets, ctx.exact)
+        if self.interpolation.mode == "nearest":
+            self.pick(ctx, data, tables, out)
+        else:  # exact bits follow one order of the float64 sums
+            self.weigh(ctx.xp, data, tables, out, exact=ctx.exact)
+
+    def _ordered_tables(
+        self, data: Any, out: Any, targets: list[AxisTarget], exact: bool
+    ) -> list[AxisTable]:
+        """The tables of the axes that change, in the order `run` applies them: shrinking
+        axes first (less to do for the others), and but for exact sums `last_axis_early`.
+        `data` and `out` need only their shapes."""
         tables = [
             self.interpolation.table(axis, size, target)
             for axis, (size, target) in enumerate(zip(data.shape, targets, strict=True))
             if not self.is_identity(size, target)
         ]
-        # Shrinking axes first leaves less to do for the others.
         tables.sort(key=lambda t: out.shape[t.axis] / data.shape[t.axis])
+        if exact and self.interpolation.mode != "nearest":
+            return tables
+        return last_axis_early(tables, data, out)
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """Roi, scales and sizes known when planning: the tables made once, not in every run
+        (most of a small Resize's time), then `run`'s gathers and weighted sums."""
+        spec, out = step.specs[0], step.outputs[0]
+        if ctx.exact or not math.prod(out.shape):
+            return None
+        memory = ctx.kernels.memory
+
+        def read(index: int) -> np.ndarray | None:
+            if index >= len(step.specs) or step.specs[index] is None:
+                return None
+            value = step.constants[index]
+            if value is None:
+                raise NeedsRunTimeValues
+            value = np.asarray(memory.to_host(value))
+            return value if value.size else None
+
+        try:
+            targets = self.targets(spec.shape, read)
+        except NeedsRunTimeValues:
+            return None
+        tables = self._ordered_tables(_Shaped(spec.shape), _Shaped(out.shape), targets, False)
         if self.interpolation.mode == "nearest":
-            self.pick(ctx, data, last_axis_early(tables, data, out), out)
-        elif ctx.exact:  # exact bits follow one order of the float64 sums
-            self.weigh(ctx.xp, data, tables, out, exact=True)
+
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                self.pick(ctx, inputs[0], tables, outputs[0])
+
+        elif spec.numpy_dtype == working_dtype(spec.numpy_dtype) == out.numpy_dtype:
+            held = HeldWeights(ctx.kernels, spec, out.shape, tables, self.interpolation)
+
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                held(inputs[0], outputs[0])
+
         else:
-            self.weigh(ctx.xp, data, last_axis_early(tables, data, out), out)
+
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                self.weigh(ctx.xp, inputs[0], tables, outputs[0])
+
+        return call
 
     def is_identity(self, size: int, target: AxisTarget) -> bool:
         cropping = self.interpolation.transform == "tf_crop_and_resize"
@@ -389,6 +451,64 @@ class InterpolationOp(Operator):
             store_float(xp, out, result)
         else:
             store(xp, result, out)
+
+
+class HeldWeights:
+    """`InterpolationOp.weigh` in fast mode for float data of the working type, as a bound
+    call: the same gathers, products and sums in the same order (the same bits), with the
+    taps' indices and weights on the backend and every intermediate array made once. A new
+    array per tap and axis was most of a medium Resize's time (megabytes each, fresh pages
+    in every run); the last axis sums straight into the output."""
+
+    def __init__(
+        self,
+        kernels: Any,
+        spec: TensorSpec,
+        out_shape: tuple[int, ...],
+        tables: list[AxisTable],
+        interpolation: Interpolation,
+    ) -> None:
+        xp, shape, dtype = kernels.xp, spec.shape, spec.numpy_dtype
+        self.xp, self.take = xp, kernels.take_arrays
+        self.steps = []
+        current = list(shape)
+        for index, t in enumerate(tables):
+            current[t.axis] = out_shape[t.axis]
+            trailing = (1,) * (len(shape) - t.axis - 1)
+            taps = [
+                (
+                    xp.asarray(t.indices[:, tap]),
+                    xp.asarray(t.weights[:, tap].astype(dtype)).reshape((-1, *trailing)),
+                )
+                for tap in range(t.indices.shape[1])
+            ]
+            outside = None
+            if t.outside is not None and t.outside.any():
+                outside = along(t.axis, xp.asarray(t.outside))
+            last = index == len(tables) - 1
+            total = None if last else xp.empty(tuple(current), dtype=dtype)
+            term = xp.empty(tuple(current), dtype=dtype) if len(taps) > 1 else None
+            self.steps.append((t.axis, taps, total, term, outside))
+        self.extrapolation = interpolation.extrapolation
+
+    def __call__(self, data: Array, out: Array) -> None:
+        xp, take = self.xp, self.take
+        result = data
+        if not self.steps:
+            xp.copyto(out, result)
+            return
+        for axis, taps, total, term, outside in self.steps:
+            total = out if total is None else total
+            (first, weight), rest = taps[0], taps[1:]
+            take(result, first, axis, total)
+            xp.multiply(total, weight, out=total)
+            for indices, weight in rest:
+                take(result, indices, axis, term)
+                xp.multiply(term, weight, out=term)
+                xp.add(total, term, out=total)
+            if outside is not None:
+                total[outside] = self.extrapolation
+            result = total
 
 
 class ResizeOp(InterpolationOp):

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
+
+from onemodel.backends.broadcasting import ROW_BUFFER_ABOVE
 from onemodel.graph.operators.base import (
     Array,
+    BoundCall,
+    BoundStep,
     InferContext,
     NodeInfo,
     OpDef,
@@ -39,6 +46,22 @@ class TransposeOp(Operator):
                 self.node.inputs[0],
             )
         return [ctx.output(ctx.dtype(0), tuple(shape[p] for p in perm))]
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """On the host, where the blocked copy (numpy_cpu/movement.py) would make one pass or
+        the array is small: that one copy, without the kernel's per-run decisions (a copy:
+        the same bits whichever way it runs)."""
+        shape = step.specs[0].shape
+        perm = self.permutation(len(shape))
+        keeps_rows = not perm or perm[-1] == len(shape) - 1
+        if ctx.xp is not np or not (keeps_rows or math.prod(shape) <= ROW_BUFFER_ABOVE):
+            return None
+        copyto = np.copyto
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            copyto(outputs[0], inputs[0].transpose(perm))
+
+        return call
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         data = inputs[0]
