@@ -19,6 +19,7 @@ from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_ax
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.numpy_cpu.pair_max_pool import PairMaxPool, pair_max_pool_fits
 from onemodel.backends.padded_pool import PADDED_POOL_MAX, PaddedPool
 from onemodel.graph.operators.base import (
     Array,
@@ -112,7 +113,7 @@ class WindowPool(Operator):
             placement.pads_begin, placement.dilations, dtype, **options,
         )  # fmt: skip
 
-    def _bind_kernel(self, kernel: PaddedPool | None) -> BoundCall | None:
+    def _bind_kernel(self, kernel: PairMaxPool | PaddedPool | None) -> BoundCall | None:
         if kernel is None:
             return None
 
@@ -159,10 +160,21 @@ class MaxPoolOp(WindowPool):
             return [spec]
         return [spec, ctx.output(DType.INT64, spec.shape)]
 
-    def _max_kernel(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> PaddedPool | None:
-        """The padded kernel for a fast run without Indices (float32, float64, int8, uint8)."""
+    def _max_kernel(
+        self, xp: Any, shape: tuple[int, ...], dtype: Any
+    ) -> PairMaxPool | PaddedPool | None:
+        """A kernel for a fast run without Indices: 3×3/2 float32 on NumPy by column pairs
+        (any size), else for a small input the padded kernel (float32, float64, int8, uint8)."""
         if self.wants_indices:
             return None
+        if xp is np and len(shape) == 4 and 0 not in shape:
+            placement = self._place(shape)
+            geometry = (
+                self.windows.kernel_shape, placement.strides, placement.pads_begin,
+                placement.dilations,
+            )  # fmt: skip
+            if pair_max_pool_fits(shape, placement.out_spatial, *geometry, dtype):
+                return PairMaxPool(shape)
         return self._padded(xp, shape, dtype, "fdbB", maximum=True)
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
