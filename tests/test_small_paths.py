@@ -81,6 +81,8 @@ def _close(ours: list[np.ndarray], theirs: list[np.ndarray], tolerance: float = 
         np.testing.assert_allclose(mine, reference, rtol=tolerance, atol=tolerance)
 
 
+SCALE_64 = np.random.default_rng(64).standard_normal(64).astype(np.float32)
+
 # -- LayerNormalization ----------------------------------------------------------------------
 
 
@@ -361,6 +363,13 @@ MODELS = {
     "attention": (None, (1, 2, 3, 4)),
     "max pool": (_model("MaxPool", {"x": (F, None)}, POOLS[0], opset=12), (1, 2, 6, 6)),
     "average pool": (_model("AveragePool", {"x": (F, None)}, POOLS[0]), (1, 2, 6, 6)),
+    # the pair kernels (numpy_cpu/pair_pool.py), from 2^13 elements
+    "pair max pool": (_model("MaxPool", {"x": (F, None)}, POOLS[0], opset=12), (1, 8, 32, 32)),
+    "pair average pool": (_model("AveragePool", {"x": (F, None)}, POOLS[0]), (1, 8, 32, 32)),
+    "small rms norm": (
+        _model("SimplifiedLayerNormalization", {"x": (F, None), "s": (F, SCALE_64)}, {}),
+        (4, 64),
+    ),
     "resize": (
         _model(
             "Resize",
