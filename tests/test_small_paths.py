@@ -81,6 +81,8 @@ def _close(ours: list[np.ndarray], theirs: list[np.ndarray], tolerance: float = 
         np.testing.assert_allclose(mine, reference, rtol=tolerance, atol=tolerance)
 
 
+SCALE_64 = np.random.default_rng(64).standard_normal(64).astype(np.float32)
+
 # -- LayerNormalization ----------------------------------------------------------------------
 
 
@@ -120,6 +122,35 @@ def test_small_layer_norm_with_run_time_scale_and_stash_outputs_matches_onnxrunt
     )
     ours = onemodel.Session.load(stash).run(None, {"x": x})
     _close(ours, _onnxruntime(stash, {"x": x}), 5e-6)
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "shape", "axis"),
+    [
+        ("SimplifiedLayerNormalization", 19, (4, 256), -1),
+        ("SimplifiedLayerNormalization", 19, (2, 7, 64), -1),
+        ("SimplifiedLayerNormalization", 19, (3, 5, 4, 8), -2),
+        ("RMSNormalization", 23, (4, 256), -1),
+    ],
+)
+def test_small_rms_norm_matches_onnxruntime_bound_and_unbound(
+    op: str, opset: int, shape: tuple[int, ...], axis: int
+) -> None:
+    x = (RNG.standard_normal(shape) * 3 + 2).astype(np.float32)
+    scale = RNG.standard_normal(shape[axis % len(shape) :]).astype(np.float32)
+    model = _model(op, {"x": (F, None), "scale": (F, scale)}, {"axis": axis}, opset=opset)
+    _close(_bound_and_unbound(model, {"x": x}), _onnxruntime(model, {"x": x}), 5e-6)
+
+
+def test_small_simplified_layer_norm_with_its_statistic_matches_onnxruntime() -> None:
+    """The second output (1/rms) keeps the unbound path, which writes it."""
+    x = RNG.standard_normal((4, 32)).astype(np.float32)
+    scale = RNG.standard_normal(32).astype(np.float32)
+    model = _model(
+        "SimplifiedLayerNormalization", {"x": (F, None), "scale": (F, scale)}, {}, outputs=2
+    )
+    ours = onemodel.Session.load(model).run(None, {"x": x})
+    _close(ours, _onnxruntime(model, {"x": x}), 5e-6)
 
 
 @pytest.mark.parametrize("cols", [64, 128, 1000])
@@ -332,6 +363,13 @@ MODELS = {
     "attention": (None, (1, 2, 3, 4)),
     "max pool": (_model("MaxPool", {"x": (F, None)}, POOLS[0], opset=12), (1, 2, 6, 6)),
     "average pool": (_model("AveragePool", {"x": (F, None)}, POOLS[0]), (1, 2, 6, 6)),
+    # the pair kernels (numpy_cpu/pair_pool.py), from 2^13 elements
+    "pair max pool": (_model("MaxPool", {"x": (F, None)}, POOLS[0], opset=12), (1, 8, 32, 32)),
+    "pair average pool": (_model("AveragePool", {"x": (F, None)}, POOLS[0]), (1, 8, 32, 32)),
+    "small rms norm": (
+        _model("SimplifiedLayerNormalization", {"x": (F, None), "s": (F, SCALE_64)}, {}),
+        (4, 64),
+    ),
     "resize": (
         _model(
             "Resize",

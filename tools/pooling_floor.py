@@ -6,9 +6,12 @@ turn, min and median).
 
 A stride-2 window reads every other input column, and NumPy reads one value in two only in a
 strided loop: at best one strided copy of the input into its two column phases (or strided
-ufunc reads, which measure slower). After that the 3×3 window is at least four contiguous
-passes (two per axis, separably) over half and quarter sized arrays. The rows printed are
-those steps one by one, onemodel's kernel, and onnxruntime's node.
+ufunc reads, which measure slower), or, for float32, a truncating uint64→uint32 cast of the
+input viewed as column pairs (numpy_cpu/pair_pool.py), about half the copy. After that the
+3×3 max is at least four contiguous passes (two per axis, separably) over half and quarter
+sized arrays; the row-major sums of AveragePool (opset 19 on) cannot be separated: eight adds
+over the four row and column phases, whose casts pay a NumPy inner loop per (strided) row.
+The rows printed are those steps one by one, onemodel's kernels, and onnxruntime's nodes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from onemodel import bench_ops
 from onemodel.backends import KernelPaths
+from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool
 
 SHAPES = {"medium": (1, 64, 64, 64), "large": (1, 64, 256, 256)}
 
@@ -34,16 +38,35 @@ def main(size: str = "medium") -> None:
     out = np.empty((*shape[:2], shape[2] // 2, shape[3] // 2), np.float32)
     kernels = KernelPaths.get("numpy")
     pool = ([3, 3], [2, 2], [1, 1], [1, 1])
-    case = next(c for c in bench_ops.selected((size,), "^MaxPool 3x3/2") if c.size == size)
-    _, onnxruntime_node = bench_ops._sessions(case)
+    nodes = {
+        name: bench_ops._sessions(
+            next(c for c in bench_ops.selected((size,), f"^{name}") if c.size == size)
+        )[1]
+        for name in ("MaxPool 3x3/2", "AveragePool 3x3/2")
+    }
+    pair_max, pair_sum = PairMaxPool(shape), PairSumPool(shape, np.float32(9))
+    rows = x[:, :, 0::2].reshape(-1, shape[3])
+    quarter = np.empty((rows.shape[0], shape[3] // 2), np.float32)
     steps = {
-        "onnxruntime MaxPool 3x3/2 node": onnxruntime_node,
+        "onnxruntime MaxPool 3x3/2 node": nodes["MaxPool 3x3/2"],
+        "onnxruntime AveragePool 3x3/2 node": nodes["AveragePool 3x3/2"],
         "onemodel max_pool_arrays": lambda: kernels.max_pool_arrays(x, out, *pool),
         "onemodel sum_pool_arrays, row-major": lambda: kernels.sum_pool_arrays(
             x, out, *pool, row_major=True
         ),
+        "onemodel PairMaxPool": lambda: pair_max(x, out),
+        "onemodel PairSumPool": lambda: pair_sum(x, out),
         "one column phase: copy of x[..., 0::2]": lambda: np.copyto(half, flat[0::2]),
+        "one column phase: uint64->uint32 cast": lambda: np.copyto(
+            half.view(np.uint32), flat.view(np.uint64), casting="unsafe"
+        ),
+        "a row and column phase: cast of rows": lambda: np.copyto(
+            quarter.view(np.uint32), rows.view(np.uint64), casting="unsafe"
+        ),
         "one contiguous max over half of x": lambda: np.maximum(half, other, out=other),
+        "one contiguous add over a quarter": lambda: np.add(
+            half[: half.size // 2], other[: half.size // 2], out=other[: half.size // 2]
+        ),
     }
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(40 if size == "medium" else 10):

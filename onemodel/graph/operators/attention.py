@@ -23,6 +23,7 @@ from onemodel.backends.exact_elementary import tanh64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import narrow, store, widen
 from onemodel.backends.plain_attention import PlainAttention
+from onemodel.backends.small_rows import SmallRootMeanSquare, fits_small_rows
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
@@ -710,6 +711,33 @@ class RMSNormalizationOp(Operator):
         normalize_axis(self.node, self.axis, len(x), value=self.node.inputs[0])
         unidirectional(ctx, 1, x)
         return [ctx.output(ctx.dtype(1), x)]
+
+    def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
+        """Small float32 rows with a constant scale of the normalized axes' shape and no
+        statistic output (`small_rows.SmallRootMeanSquare`, the bits `run` gives them): its
+        work array and the tiled scale made once."""
+        x, scale = step.specs[0], (*step.constants, None)[1]
+        if (
+            ctx.exact
+            or len(step.outputs) != 1
+            or self.stash_type != DType.FLOAT
+            or scale is None
+            or not x.dtype == step.specs[1].dtype == DType.FLOAT
+        ):
+            return None
+        axis = self.axis % len(x.shape)
+        rows, cols = math.prod(x.shape[:axis]), math.prod(x.shape[axis:])
+        if scale.size != cols or not fits_small_rows(rows, cols):
+            return None
+        kernel = SmallRootMeanSquare(
+            ctx.xp, rows, self.epsilon, ctx.xp.tile(scale.reshape(-1), (rows, 1))
+        )
+        shape = (rows, cols)
+
+        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            kernel(inputs[0].reshape(shape), outputs[0].reshape(shape))
+
+        return call
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         xp = ctx.xp

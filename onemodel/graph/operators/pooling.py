@@ -19,6 +19,7 @@ from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_ax
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
+from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool, pair_pool_fits
 from onemodel.backends.padded_pool import PADDED_POOL_MAX, PaddedPool
 from onemodel.graph.operators.base import (
     Array,
@@ -35,6 +36,8 @@ from onemodel.graph.operators.conv import Placement, SlidingWindows
 from onemodel.graph.operators.unary import IEEE_FLOATS
 from onemodel.tensors import DType
 
+# The kernels a bound step holds: made once per input shape, with their work arrays.
+HeldPool = PairMaxPool | PairSumPool | PaddedPool
 _MAX_REMEMBERED = 64  # input shapes whose AveragePool divisor is kept
 
 
@@ -112,7 +115,17 @@ class WindowPool(Operator):
             placement.pads_begin, placement.dilations, dtype, **options,
         )  # fmt: skip
 
-    def _bind_kernel(self, kernel: PaddedPool | None) -> BoundCall | None:
+    def _pair_fits(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> bool:
+        """Whether the NumPy pair kernels (numpy_cpu/pair_pool.py) take this pooling."""
+        if xp is not np or len(shape) != 4 or 0 in shape:
+            return False
+        placement = self._place(shape)
+        return pair_pool_fits(
+            shape, placement.out_spatial, self.windows.kernel_shape, placement.strides,
+            placement.pads_begin, placement.dilations, dtype,
+        )  # fmt: skip
+
+    def _bind_kernel(self, kernel: HeldPool | None) -> BoundCall | None:
         if kernel is None:
             return None
 
@@ -159,14 +172,20 @@ class MaxPoolOp(WindowPool):
             return [spec]
         return [spec, ctx.output(DType.INT64, spec.shape)]
 
-    def _max_kernel(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> PaddedPool | None:
-        """The padded kernel for a fast run without Indices (float32, float64, int8, uint8)."""
+    def _max_kernel(
+        self, xp: Any, shape: tuple[int, ...], dtype: Any
+    ) -> PairMaxPool | PaddedPool | None:
+        """A kernel for a fast run without Indices: 3×3/2 float32 on NumPy by column pairs
+        (from PAIR_POOL_MIN elements), else for a small input the padded kernel (float32,
+        float64, int8, uint8)."""
         if self.wants_indices:
             return None
+        if self._pair_fits(xp, shape, dtype):
+            return PairMaxPool(shape)
         return self._padded(xp, shape, dtype, "fdbB", maximum=True)
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
-        """A small input: its `PaddedPool` (which `run` also takes) made once."""
+        """Its held kernel (pair or padded, which `run` also takes) made once."""
         if ctx.exact:
             return None
         spec = step.specs[0]
@@ -258,17 +277,23 @@ class AveragePoolOp(WindowPool):
             self._divisors[key] = divisor
         return divisor
 
-    def _sum_kernel(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> PaddedPool | None:
-        """The padded kernel for a fast run (float32, float64), dividing as it ends."""
+    def _sum_kernel(
+        self, xp: Any, shape: tuple[int, ...], dtype: Any
+    ) -> PairSumPool | PaddedPool | None:
+        """A kernel for a fast run, dividing as it ends: in row-major order 3×3/2 float32 on
+        NumPy by phase grids (from PAIR_POOL_MIN elements), else for a small input the padded
+        kernel (float32, float64)."""
         if np.dtype(dtype).char not in "fd" or len(shape) != 4:
             return None
         divisor = self._cached_divisor(xp, shape, dtype)
+        if self._row_major and self._pair_fits(xp, shape, dtype):
+            return PairSumPool(shape, divisor)
         return self._padded(
             xp, shape, dtype, "fd", maximum=False, row_major=self._row_major, divisor=divisor
         )
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
-        """A small input: its `PaddedPool` (which `run` also takes) made once."""
+        """Its held kernel (pair or padded, which `run` also takes) made once."""
         if ctx.exact:
             return None
         spec = step.specs[0]
