@@ -400,7 +400,23 @@ def environment() -> dict[str, Any]:
         "numpy": numpy.__version__,
         "onnx": onnx.__version__,
         "onnxruntime": ort_version,
+        "blas": _blas_kernels(),
     }
+
+
+def _blas_kernels() -> str:
+    """NumPy's BLAS and the kernels it runs (OpenBLAS picks them once, from OPENBLAS_CORETYPE
+    or its own detection): MatMul, Gemm and im2col Conv figures move with them."""
+    from threadpoolctl import threadpool_info
+
+    found = [
+        f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')} kernels"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+    chosen = os.environ.get("OPENBLAS_CORETYPE")
+    forced = f" (OPENBLAS_CORETYPE={chosen})" if chosen else ""
+    return (", ".join(found) or "no BLAS found") + forced
 
 
 def _cpu_name() -> str:
@@ -607,7 +623,7 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path | None:
         "",
         f"- Command: `{report['command']}`.",
         f"- Machine: {env['processor']} ({env['cpu_count']} CPUs), {env['platform']}; "
-        f"Python {env['python']}, NumPy {env['numpy']}, onnx {env['onnx']}, "
+        f"Python {env['python']}, NumPy {env['numpy']} ({env['blas']}), onnx {env['onnx']}, "
         f"onnxruntime {env['onnxruntime']}.",
         f"- Settings: iterations {settings['iterations']}, warm-up {settings['warmup']} "
         "(some benchmark-set models cap these, see `onemodel/bench_models.py`), session "

@@ -716,7 +716,8 @@ def markdown_section(report: dict[str, Any]) -> str:
         "",
         f"- Command: `{report['command']}`.",
         f"- Machine: {env['processor']} ({env['cpu_count']} CPUs), {env['platform']}; "
-        f"Python {env['python']}, NumPy {env['numpy']}, onnxruntime {env['onnxruntime']}.",
+        f"Python {env['python']}, NumPy {env['numpy']} ({env['blas']}), "
+        f"onnxruntime {env['onnxruntime']}.",
         f"- Threads: {report['notes']['threads']}.",
         *_summary_lines(report),
         "",
