@@ -450,11 +450,23 @@ def run_worker(
     return rows
 
 
-def _worker_rows(args, specs: list[str], threads: int) -> list[dict[str, Any]]:
-    """Run one thread count in a fresh worker process with the BLAS thread variables set."""
+def worker_environment(threads: int) -> dict[str, str]:
+    """A bench worker's environment: the BLAS thread variables at `threads` (when > 0), and
+    the folder of the onemodel running this first on its import path. `python -m` would put
+    the current directory first, so a checkout there would be measured instead;
+    PYTHONSAFEPATH (Python 3.11+) keeps it out."""
     env = dict(os.environ)
     if threads > 0:
         env.update({name: str(threads) for name in THREAD_VARIABLES})
+    home = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
+    env["PYTHONSAFEPATH"] = "1"
+    return env
+
+
+def _worker_rows(args, specs: list[str], threads: int) -> list[dict[str, Any]]:
+    """Run one thread count in a fresh worker process with the BLAS thread variables set."""
+    env = worker_environment(threads)
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "rows.json"
         command = [sys.executable, "-m", "onemodel.bench", "--worker", str(out), *specs]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -596,9 +595,9 @@ def run_cases(args: argparse.Namespace, progress: Any = None) -> list[dict[str, 
 
 
 def _worker_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from onemodel.bench import THREAD_VARIABLES
+    from onemodel.bench import worker_environment
 
-    env = dict(os.environ, **{name: "1" for name in THREAD_VARIABLES})
+    env = worker_environment(1)
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "rows.json"
         command = [sys.executable, "-m", "onemodel.bench_ops", "--worker", str(out)]

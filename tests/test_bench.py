@@ -3,6 +3,7 @@
 import ast
 import dataclasses
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -277,3 +278,22 @@ def test_bench_ops_contrib_cases_import_their_domain():
         ("com.microsoft", 1),
     }
     assert model.graph.node[0].domain == "com.microsoft"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11's")
+def test_the_ops_worker_measures_this_onemodel_not_a_checkout_in_the_current_directory(tmp_path):
+    """`python -m` puts the current directory first on the worker's import path: a folder
+    named onemodel there (another checkout) used to be what the worker timed."""
+    work, runner_folder = tmp_path / "work", tmp_path / "runner"
+    (work / "onemodel").mkdir(parents=True)
+    (work / "onemodel" / "__init__.py").write_text("raise ImportError('the cwd checkout')\n")
+    runner_folder.mkdir()
+    script = runner_folder / "run.py"  # a script: its folder, not the cwd, leads sys.path
+    script.write_text("from onemodel.cli import main\nmain()\n")
+    done = subprocess.run(
+        [sys.executable, str(script), "bench", "ops", "--filter", "^Abs$", "--sizes", "small",
+         "--budget", "0.01", "--max-iterations", "3"],
+        cwd=work, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Abs" in done.stdout
