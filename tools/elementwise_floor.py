@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
+from normalization_floor import _timed
 
 from onemodel import bench_ops
 from onemodel.backends import activations, casts
 from onemodel.backends.broadcasting import ufunc_into
-from onemodel.backends.fp_errors import run_scope
 
 Step = Callable[[], object]
 ROUNDS = {"medium": 300, "large": 20}
@@ -133,17 +132,9 @@ def _sequences(rows: int, cols: int, channels: tuple[int, ...]) -> dict[str, tup
     }
 
 
-def _timed(steps: dict[str, Step], rounds: int) -> dict[str, float]:
+def _medians(steps: dict[str, Step], rounds: int) -> dict[str, float]:
     """Each step's median thread time in ms, the steps run in turn in every round."""
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    scope = run_scope()
-    for _ in range(rounds):
-        for name, step in steps.items():
-            with scope:  # as in a run: NumPy's errors ignored, the cheap ufunc buffers
-                begin = time.thread_time()
-                step()
-                times[name].append(time.thread_time() - begin)
-    return {name: statistics.median(seconds) * 1e3 for name, seconds in times.items()}
+    return {name: statistics.median(t) * 1e3 for name, t in _timed(steps, rounds).items()}
 
 
 def main(size: str = "medium") -> None:
@@ -154,7 +145,7 @@ def main(size: str = "medium") -> None:
         ours, theirs = bench_ops._sessions(case)
         # One operator's three in turn, so that each finds its arrays in cache as in a loop
         # of runs (round-robin over every operator would leave the sessions' inputs cold).
-        median = _timed({"floor": sequence, "ours": ours, "theirs": theirs}, ROUNDS[size])
+        median = _medians({"floor": sequence, "ours": ours, "theirs": theirs}, ROUNDS[size])
         print(
             f"{size:6s} {name:43s} {median['floor']:9.4f} {median['ours']:9.4f} "
             f"{median['theirs']:8.4f} {median['floor'] / median['theirs']:9.2f} "

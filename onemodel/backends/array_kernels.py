@@ -269,6 +269,22 @@ class ArrayKernels(ConvolutionKernels):
         to be in 0..extent−1."""
         self.xp.take(data, positions, axis=axis, out=out)
 
+    def held_pool(
+        self,
+        x_shape: Sequence[int],
+        dtype: Any,
+        out_spatial: Sequence[int],
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        divisor: Any | None = None,
+    ) -> Callable[[Any, Any], None] | None:
+        """A call (x, out) for a fast 2-D pooling of one x shape, with its work arrays made
+        here, for a backend that has one: max pooling, or with `divisor` (the window counts)
+        the row-major window sums divided by it; None: the shared kernels."""
+        return None
+
     def max_pool_arrays(
         self,
         x: Any,

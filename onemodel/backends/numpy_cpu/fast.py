@@ -16,6 +16,7 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import grouped_conv, takes_grouped
 from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
+from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool, pair_pool_fits
 from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
@@ -78,6 +79,23 @@ class NumpyKernels(ArrayKernels):
         matrix = super().conv_weights(w, group)
         transformed = winograd_filter(w, group)
         return matrix if transformed is None else PreparedConv(matrix, transformed)
+
+    def held_pool(
+        self,
+        x_shape: Sequence[int],
+        dtype: Any,
+        out_spatial: Sequence[int],
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        divisor: Any | None = None,
+    ) -> Callable[[Any, Any], None] | None:
+        """3×3/2 float32 pools by column pairs (numpy_cpu/pair_pool.py) where they fit."""
+        geometry = (kernel, strides, pads, dilations)
+        if not pair_pool_fits(x_shape, out_spatial, *geometry, dtype):
+            return None
+        return PairMaxPool(x_shape) if divisor is None else PairSumPool(x_shape, divisor)
 
     def held_conv(
         self,

@@ -10,7 +10,7 @@ or average and is refused. float16 and bfloat16 are accumulated in float32.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,6 @@ from onemodel.backends.array_kernels import NARROW_FLOATS, WindowAxis, window_ax
 from onemodel.backends.exact_elementary import pow64
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
-from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool, pair_pool_fits
 from onemodel.backends.padded_pool import PADDED_POOL_MAX, PaddedPool
 from onemodel.graph.operators.base import (
     Array,
@@ -36,8 +35,8 @@ from onemodel.graph.operators.conv import Placement, SlidingWindows
 from onemodel.graph.operators.unary import IEEE_FLOATS
 from onemodel.tensors import DType
 
-# The kernels a bound step holds: made once per input shape, with their work arrays.
-HeldPool = PairMaxPool | PairSumPool | PaddedPool
+# A kernel a bound step holds, made once per input shape with its work arrays: (x, out).
+HeldPool = Callable[[Any, Any], None]
 _MAX_REMEMBERED = 64  # input shapes whose AveragePool divisor is kept
 
 
@@ -115,14 +114,14 @@ class WindowPool(Operator):
             placement.pads_begin, placement.dilations, dtype, **options,
         )  # fmt: skip
 
-    def _pair_fits(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> bool:
-        """Whether the NumPy pair kernels (numpy_cpu/pair_pool.py) take this pooling."""
-        if xp is not np or len(shape) != 4 or 0 in shape:
-            return False
+    def _held(self, kernels: Any, shape: tuple[int, ...], dtype: Any, divisor: Any) -> Any:
+        """The backend's own kernel for this 2-D pooling (`held_pool`), or None."""
+        if len(shape) != 4 or 0 in shape:
+            return None
         placement = self._place(shape)
-        return pair_pool_fits(
-            shape, placement.out_spatial, self.windows.kernel_shape, placement.strides,
-            placement.pads_begin, placement.dilations, dtype,
+        return kernels.held_pool(
+            shape, dtype, placement.out_spatial, self.windows.kernel_shape, placement.strides,
+            placement.pads_begin, placement.dilations, divisor,
         )  # fmt: skip
 
     def _bind_kernel(self, kernel: HeldPool | None) -> BoundCall | None:
@@ -172,29 +171,26 @@ class MaxPoolOp(WindowPool):
             return [spec]
         return [spec, ctx.output(DType.INT64, spec.shape)]
 
-    def _max_kernel(
-        self, xp: Any, shape: tuple[int, ...], dtype: Any
-    ) -> PairMaxPool | PaddedPool | None:
-        """A kernel for a fast run without Indices: 3×3/2 float32 on NumPy by column pairs
-        (from PAIR_POOL_MIN elements), else for a small input the padded kernel (float32,
-        float64, int8, uint8)."""
+    def _max_kernel(self, ctx: RunContext, shape: tuple[int, ...], dtype: Any) -> HeldPool | None:
+        """A kernel for a fast run without Indices: the backend's own (NumPy: 3×3/2 float32 by
+        column pairs), else for a small input the padded kernel (float32, float64, int8,
+        uint8)."""
         if self.wants_indices:
             return None
-        if self._pair_fits(xp, shape, dtype):
-            return PairMaxPool(shape)
-        return self._padded(xp, shape, dtype, "fdbB", maximum=True)
+        held = self._held(ctx.kernels, shape, dtype, None)
+        return held or self._padded(ctx.xp, shape, dtype, "fdbB", maximum=True)
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
         """Its held kernel (pair or padded, which `run` also takes) made once."""
         if ctx.exact:
             return None
         spec = step.specs[0]
-        return self._bind_kernel(self._max_kernel(ctx.xp, spec.shape, spec.numpy_dtype))
+        return self._bind_kernel(self._max_kernel(ctx, spec.shape, spec.numpy_dtype))
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         indices = outputs[1] if self.wants_indices else None
-        kernel = None if ctx.exact else self._max_kernel(ctx.xp, x.shape, x.dtype)
+        kernel = None if ctx.exact else self._max_kernel(ctx, x.shape, x.dtype)
         if kernel is not None:
             with quiet():
                 kernel(x, outputs[0])
@@ -277,18 +273,16 @@ class AveragePoolOp(WindowPool):
             self._divisors[key] = divisor
         return divisor
 
-    def _sum_kernel(
-        self, xp: Any, shape: tuple[int, ...], dtype: Any
-    ) -> PairSumPool | PaddedPool | None:
-        """A kernel for a fast run, dividing as it ends: in row-major order 3×3/2 float32 on
-        NumPy by phase grids (from PAIR_POOL_MIN elements), else for a small input the padded
-        kernel (float32, float64)."""
+    def _sum_kernel(self, ctx: RunContext, shape: tuple[int, ...], dtype: Any) -> HeldPool | None:
+        """A kernel for a fast run, dividing as it ends: in row-major order the backend's own
+        (NumPy: 3×3/2 float32 by phase grids), else for a small input the padded kernel
+        (float32, float64)."""
         if np.dtype(dtype).char not in "fd" or len(shape) != 4:
             return None
+        xp = ctx.xp
         divisor = self._cached_divisor(xp, shape, dtype)
-        if self._row_major and self._pair_fits(xp, shape, dtype):
-            return PairSumPool(shape, divisor)
-        return self._padded(
+        held = self._held(ctx.kernels, shape, dtype, divisor) if self._row_major else None
+        return held or self._padded(
             xp, shape, dtype, "fd", maximum=False, row_major=self._row_major, divisor=divisor
         )
 
@@ -297,13 +291,13 @@ class AveragePoolOp(WindowPool):
         if ctx.exact:
             return None
         spec = step.specs[0]
-        return self._bind_kernel(self._sum_kernel(ctx.xp, spec.shape, spec.numpy_dtype))
+        return self._bind_kernel(self._sum_kernel(ctx, spec.shape, spec.numpy_dtype))
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         (out,) = outputs
         xp = ctx.xp
-        kernel = None if ctx.exact else self._sum_kernel(xp, x.shape, x.dtype)
+        kernel = None if ctx.exact else self._sum_kernel(ctx, x.shape, x.dtype)
         if kernel is not None:
             with quiet():
                 kernel(x, out)
