@@ -25,6 +25,17 @@ def test_a_warm_run_gets_the_arrays_of_the_run_before():
     assert again[0].flags.c_contiguous and again[0].shape == (4, 3)
 
 
+def test_a_shape_given_as_a_list_is_the_same_request():
+    """Resize asks with list shapes: a miss would also drop every later step's arrays, and a
+    run would allocate (and page in) all of them afresh."""
+    ctx = _context(keeps_scratch=True)
+    ctx.begin_run()
+    first = [ctx.scratch([1, 4, 3], np.float32), ctx.scratch((6,), np.float32)]
+    ctx.begin_run()
+    again = [ctx.scratch([1, 4, 3], np.float32), ctx.scratch((6,), np.float32)]
+    assert all(a is b for a, b in zip(first, again, strict=True))
+
+
 def test_a_request_that_differs_gets_new_memory_and_drops_the_rest():
     ctx = _context(keeps_scratch=True)
     ctx.begin_run()

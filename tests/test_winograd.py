@@ -52,15 +52,16 @@ def test_winograd_matches_the_direct_sum(
     assert error < BOUND
 
 
-def test_the_fast_backend_prepares_a_transform_only_for_wide_3x3_float32_filters():
+def test_the_fast_backend_prepares_transforms_only_for_wide_3x3_float32_filters():
     rng = np.random.default_rng(0)
     kernels = NumpyKernels()
     wide = rng.standard_normal((64, 96, 3, 3)).astype(np.float32)
-    assert kernels.conv_weights(wide, 1).winograd.block == 4
+    transforms = kernels.conv_weights(wide, 1).winograd
+    assert transforms.for_output(1, (56, 56), (1, 1)).block == 4
+    assert transforms.for_output(1, (14, 14), (1, 1)).block == 2
+    assert transforms.for_output(1, (56, 56), (1, 1)) is transforms.for_output(2, (28, 28), (1, 1))
     narrow = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)  # ResNet's first stage
-    assert kernels.conv_weights(narrow, 1).winograd.block == 4
-    deep = rng.standard_normal((256, 96, 3, 3)).astype(np.float32)
-    assert kernels.conv_weights(deep, 1).winograd.block == 2
+    assert kernels.conv_weights(narrow, 1).winograd.for_output(1, (56, 56), (1, 1)).block == 4
     for w, group in [
         (rng.standard_normal((16, 16, 3, 3)).astype(np.float32), 1),  # too few channels
         (rng.standard_normal((128, 31, 3, 3)).astype(np.float32), 1),  # 31 inputs: direct
@@ -78,6 +79,7 @@ def test_the_fast_backend_prepares_a_transform_only_for_wide_3x3_float32_filters
         ((1, 96, 20, 20), (1, 1), True),
         ((1, 96, 20, 20), (2, 2), False),  # strided: the direct path
         ((1, 96, 6, 6), (1, 1), False),  # 4 tiles: too few columns for the GEMMs
+        ((1, 96, 8, 8), (1, 1), True),  # F(2×2)'s 16 tiles
     ],
 )
 def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(
@@ -102,3 +104,21 @@ def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(
     kernels.conv_arrays(x, w, out, strides, pads[:2], (1, 1), 1, weights=prepared)
     assert any(calls) == expect_winograd
     assert np.abs(out - expected).max() / np.abs(expected).max() < BOUND
+
+
+@pytest.mark.parametrize(
+    "batch, out_spatial, dilations, block",
+    [
+        (1, (7, 7), (1, 1), 2),  # ResNet's last stage, one image: F(4×4) has 4 tiles
+        (8, (7, 7), (1, 1), 4),  # eight images: 32 F(4×4) tiles
+        (1, (14, 14), (1, 1), 2),  # 16 F(4×4) tiles covering 256 outputs of 196
+        (1, (8, 32), (1, 1), 4),  # 16 F(4×4) tiles covering the output exactly
+        (1, (28, 28), (1, 1), 4),
+        (1, (2, 32), (1, 1), 2),  # F(4×4) would compute twice the rows
+        (1, (6, 6), (1, 1), None),  # 9 F(2×2) tiles: the direct path
+        (1, (16, 16), (2, 2), 4),  # four residue images of 8×8: 16 tiles, exact cover
+        (1, (10, 10), (2, 2), 2),
+    ],
+)
+def test_the_block_size_follows_the_tiles_of_the_output(batch, out_spatial, dilations, block):
+    assert winograd.winograd_block(batch, out_spatial, dilations) == block

@@ -22,9 +22,9 @@ from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 from onemodel.backends.numpy_cpu.winograd import (
     WinogradFilter,
+    WinogradFilters,
     winograd_conv,
     winograd_filter,
-    winograd_fits,
 )
 from onemodel.tensors import HOST
 
@@ -39,12 +39,12 @@ _SHIFTED_FROM = 400
 @dataclass(frozen=True)
 class PreparedConv:
     """A constant W prepared once per plan: the matrix the direct paths multiply and, for a
-    3×3 filter worth it, its Winograd transform (None otherwise). `copies` > 1: W is its
+    3×3 filter worth it, its Winograd transforms (None otherwise). `copies` > 1: W is its
     first filter `copies` times over (weights made by ConstantOfShape), and both describe
     that one filter."""
 
     matrix: Any
-    winograd: WinogradFilter | None
+    winograd: WinogradFilters | None
     copies: int = 1
 
 
@@ -116,9 +116,8 @@ class NumpyKernels(ArrayKernels):
         pixels."""
         if isinstance(weights, PreparedConv):
             if weights.copies > 1 or (
-                weights.winograd is not None
-                and tuple(strides) == (1, 1)
-                and winograd_fits(weights.winograd, x_shape[0], out_shape[2:], dilations)
+                tuple(strides) == (1, 1)
+                and _winograd_for(weights, x_shape[0], out_shape[2:], dilations) is not None
             ):
                 return None
             weights = weights.matrix
@@ -192,21 +191,13 @@ class NumpyKernels(ArrayKernels):
         bias: Any | None,
     ) -> None:
         if isinstance(weights, PreparedConv):
-            if (
-                weights.winograd is not None
-                and tuple(strides) == (1, 1)
-                and x.dtype == out.dtype == weights.winograd.transformed.dtype
-                and winograd_conv(
-                    x,
-                    weights.winograd,
-                    out,
-                    tuple(pads),
-                    tuple(dilations),
-                    allocate,
-                    self.matmul_arrays,
-                    bias,
+            geometry = (x.shape[0], out.shape[2:], dilations)
+            prepared = _winograd_for(weights, *geometry) if tuple(strides) == (1, 1) else None
+            if prepared is not None and x.dtype == out.dtype == prepared.transformed.dtype:
+                matmul = self.matmul_arrays
+                winograd_conv(
+                    x, prepared, out, tuple(pads), tuple(dilations), allocate, matmul, bias
                 )
-            ):
                 return
             weights = weights.matrix
         if (
@@ -298,3 +289,12 @@ class NumpyKernels(ArrayKernels):
     @staticmethod
     def _allocate(shape: Sequence[int], dtype: Any) -> Any:
         return np.empty(tuple(shape), dtype=dtype)
+
+
+def _winograd_for(
+    weights: PreparedConv, batch: int, out_spatial: Sequence[int], dilations: Sequence[int]
+) -> WinogradFilter | None:
+    """The Winograd transform that pays for these outputs, or None: the direct paths."""
+    if weights.winograd is None:
+        return None
+    return weights.winograd.for_output(batch, tuple(out_spatial), tuple(dilations))

@@ -59,10 +59,19 @@ _TRANSFORMS: dict[int, tuple[list[list[float]], list[list[float]], list[list[flo
 # Elements of one band's transformed tiles: the band's arrays stay in cache between passes
 # (64 -> 64 at 56x56, batch 8, 1 thread: 8.2 ms a run at 2^18, 9.1 ms at 2^19, 12.5 at 2^20).
 _BAND_ELEMENTS = 1 << 18
-# The fewest tile columns (GEMM columns: images × tiles × residues) per block size that keep
-# the GEMMs efficient; below them the direct path measured faster (512 channels at 7×7, one
-# image: F(2×2) 1.11× the direct time).
-_MIN_COLUMNS = {4: 16, 2: 32}
+# The fewest tile columns (GEMM columns: images × tiles × residues) that let a block size run at
+# all (`winograd_fits`); `winograd_block` chooses among the sizes that do.
+_MIN_COLUMNS = {4: 16, 2: 16}
+# F(4×4) from this many tile columns whatever its padding waste, F(2×2) below it unless F(4×4)'s
+# tiles cover the output within `_TIGHT_COVER`. Measured per layer (AMD EPYC Zen 5, 1 thread,
+# OpenBLAS Haswell and SkylakeX kernels alike; time / direct im2col):
+#   512 → 512 at 7×7, one image (F4: 4 columns): F2 0.74-0.95, F4 1.22-1.51
+#   256 → 256 at 14×14 (F4: 16 columns, covering 256 of 196 outputs): F2 0.55-0.66, F4 0.72-0.75
+#   128 → 256 at 8×32 (F4: 16 columns, exact cover): F2 0.57, F4 0.40
+#   512 → 512 at 7×7, 8 images (F4: 32 columns): F2 0.58-0.60, F4 0.49-0.54
+#   128 → 128 at 28×28 (49 columns): F2 0.68-0.80, F4 0.43-0.44
+_WIDE_COLUMNS = 32
+_TIGHT_COVER = 1.15
 # More input channels than this, or the direct path: Winograd measured from 32 channels (F(4×4),
 # AMD EPYC, 1 thread: 32 → 64 at 56×56 0.87× the direct time, 64 → 64 at 56×56 0.76×, 64 → 64
 # at 28×28 0.93×, 16 → 64 at 56×56 1.4×). A bank of identical filters (the ONNX suite's light
@@ -70,10 +79,6 @@ _MIN_COLUMNS = {4: 16, 2: 32}
 # (numpy_cpu/fast.py), since per-frequency GEMMs, like any GEMM, round equal rows by position.
 _MAX_DIRECT_CHANNELS = 31
 _MIN_FILTERS = 32  # output channels; fewer measured no gain
-# From this many channels F(2×2): deep layers run at 14×14 or 7×7, where 4×4 blocks leave
-# few tiles (256 channels at 14×14: F(2×2) 0.78×, F(4×4) 0.88× the direct time), and its
-# transform holds 16/9 of W where F(4×4)'s holds 4×.
-_SMALL_BLOCK_CHANNELS = 256
 
 
 @dataclass(frozen=True)
@@ -89,11 +94,31 @@ class WinogradFilter:
         return self.block + 2
 
 
-def winograd_filter(w: np.ndarray, group: int) -> WinogradFilter | None:
-    """The transformed filter of a float32 W (M, C, 3, 3) worth a Winograd path, else None.
+class WinogradFilters:
+    """The Winograd transforms of one float32 W (M, C, 3, 3), each block size's made on first
+    use and kept for the plan: which size pays depends on the output's tiles
+    (`winograd_block`), known only once a step is bound or run."""
 
-    F(4×4) below `_SMALL_BLOCK_CHANNELS` channels, F(2×2) from there (measured per layer
-    shape against the direct path, 1 thread)."""
+    def __init__(self, w: np.ndarray) -> None:
+        self._w = w
+        self._by_block: dict[int, WinogradFilter] = {}
+
+    def for_output(
+        self, batch: int, out_spatial: tuple[int, ...], dilations: tuple[int, ...]
+    ) -> WinogradFilter | None:
+        """The transform for `batch` outputs of `out_spatial`, or None: the direct path."""
+        block = winograd_block(batch, out_spatial, dilations)
+        if block is None:
+            return None
+        prepared = self._by_block.get(block)
+        if prepared is None:  # concurrent first runs may both compute it: the same values
+            prepared = self._by_block[block] = transformed_filter(self._w, block)
+        return prepared
+
+
+def winograd_filter(w: np.ndarray, group: int) -> WinogradFilters | None:
+    """The transforms of a float32 W (M, C, 3, 3) with channels enough for Winograd to pay,
+    else None."""
     if (
         w.dtype != np.float32
         or group != 1
@@ -102,7 +127,24 @@ def winograd_filter(w: np.ndarray, group: int) -> WinogradFilter | None:
         or w.shape[0] < _MIN_FILTERS
     ):
         return None
-    return transformed_filter(w, 4 if max(w.shape[:2]) < _SMALL_BLOCK_CHANNELS else 2)
+    return WinogradFilters(w)
+
+
+def winograd_block(
+    batch: int, out_spatial: tuple[int, ...], dilations: tuple[int, ...]
+) -> int | None:
+    """F(4×4) where its tiles are many or cover the output tightly, else F(2×2) where its
+    tiles fill the GEMMs, else None (see `_WIDE_COLUMNS`)."""
+    (out_h, out_w), (dh, dw) = out_spatial, dilations
+    rows, cols = -(-out_h // dh), -(-out_w // dw)  # outputs per residue and axis
+
+    def columns(m: int) -> int:
+        return batch * dh * dw * -(-rows // m) * -(-cols // m)
+
+    cover = 16 * -(-rows // 4) * -(-cols // 4) / (rows * cols)
+    if columns(4) >= _WIDE_COLUMNS or (columns(4) >= _MIN_COLUMNS[4] and cover <= _TIGHT_COVER):
+        return 4
+    return 2 if columns(2) >= _MIN_COLUMNS[2] else None
 
 
 def transformed_filter(w: np.ndarray, block: int) -> WinogradFilter:

@@ -259,7 +259,8 @@ class RunContext:
             kept = self._kept
             if index < len(kept):
                 array = kept[index]
-                if array.shape == shape and array.dtype == dtype:
+                # A list never equals a shape tuple; a miss here drops every later array too.
+                if array.shape == tuple(shape) and array.dtype == dtype:
                     self._next = index + 1
                     if self.guard is not None:
                         self.guard.charge(array.nbytes, None, "scratch")
