@@ -26,6 +26,12 @@ from onemodel.backends.numpy_cpu.winograd import (
     winograd_conv,
     winograd_filter,
 )
+from onemodel.backends.numpy_cpu.winograd_rows import (
+    RowWinogradFilter,
+    row_winograd_conv,
+    row_winograd_filter,
+    row_winograd_fits,
+)
 from onemodel.tensors import HOST
 
 _GROUPED_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -39,12 +45,13 @@ _SHIFTED_FROM = 400
 @dataclass(frozen=True)
 class PreparedConv:
     """A constant W prepared once per plan: the matrix the direct paths multiply and, for a
-    3×3 filter worth it, its Winograd transforms (None otherwise). `copies` > 1: W is its
+    3×3 filter worth it, its Winograd transforms, for a 1-D one its row Winograd transform
+    (None otherwise). `copies` > 1: W is its
     first filter `copies` times over (weights made by ConstantOfShape), and both describe
     that one filter."""
 
     matrix: Any
-    winograd: WinogradFilters | None
+    winograd: WinogradFilters | RowWinogradFilter | None
     copies: int = 1
 
 
@@ -77,7 +84,7 @@ class NumpyKernels(ArrayKernels):
             )
             return PreparedConv(matrix, transform, copies=w.shape[0])
         matrix = super().conv_weights(w, group)
-        transformed = winograd_filter(w, group)
+        transformed = winograd_filter(w, group) or row_winograd_filter(w, group)
         return matrix if transformed is None else PreparedConv(matrix, transformed)
 
     def held_pool(
@@ -116,7 +123,7 @@ class NumpyKernels(ArrayKernels):
         pixels."""
         if isinstance(weights, PreparedConv):
             if weights.copies > 1 or (
-                tuple(strides) == (1, 1)
+                all(s == 1 for s in strides)
                 and _winograd_for(weights, x_shape[0], out_shape[2:], dilations) is not None
             ):
                 return None
@@ -192,8 +199,12 @@ class NumpyKernels(ArrayKernels):
     ) -> None:
         if isinstance(weights, PreparedConv):
             geometry = (x.shape[0], out.shape[2:], dilations)
-            prepared = _winograd_for(weights, *geometry) if tuple(strides) == (1, 1) else None
+            unit = all(s == 1 for s in strides)
+            prepared = _winograd_for(weights, *geometry) if unit else None
             if prepared is not None and x.dtype == out.dtype == prepared.transformed.dtype:
+                if isinstance(prepared, RowWinogradFilter):
+                    row_winograd_conv(x, prepared, out, pads[0], allocate, bias)
+                    return
                 matmul = self.matmul_arrays
                 winograd_conv(
                     x, prepared, out, tuple(pads), tuple(dilations), allocate, matmul, bias
@@ -293,8 +304,12 @@ class NumpyKernels(ArrayKernels):
 
 def _winograd_for(
     weights: PreparedConv, batch: int, out_spatial: Sequence[int], dilations: Sequence[int]
-) -> WinogradFilter | None:
+) -> WinogradFilter | RowWinogradFilter | None:
     """The Winograd transform that pays for these outputs, or None: the direct paths."""
-    if weights.winograd is None:
+    transforms = weights.winograd
+    if isinstance(transforms, RowWinogradFilter):
+        fits = row_winograd_fits(transforms, out_spatial[0], tuple(dilations))
+        return transforms if fits else None
+    if transforms is None:
         return None
-    return weights.winograd.for_output(batch, tuple(out_spatial), tuple(dilations))
+    return transforms.for_output(batch, tuple(out_spatial), tuple(dilations))
