@@ -62,6 +62,8 @@ def test_the_fast_backend_prepares_transforms_only_for_wide_3x3_float32_filters(
     assert transforms.for_output(1, (56, 56), (1, 1)) is transforms.for_output(2, (28, 28), (1, 1))
     narrow = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)  # ResNet's first stage
     assert kernels.conv_weights(narrow, 1).winograd.for_output(1, (56, 56), (1, 1)).block == 4
+    small = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
+    assert kernels.conv_weights(small, 1).winograd.for_output(2, (8, 8), (1, 1)) is None  # 1.2M
     for w, group in [
         (rng.standard_normal((16, 16, 3, 3)).astype(np.float32), 1),  # too few channels
         (rng.standard_normal((128, 31, 3, 3)).astype(np.float32), 1),  # 31 inputs: direct
@@ -78,8 +80,9 @@ def test_the_fast_backend_prepares_transforms_only_for_wide_3x3_float32_filters(
     [
         ((1, 96, 20, 20), (1, 1), True),
         ((1, 96, 20, 20), (2, 2), False),  # strided: the direct path
-        ((1, 96, 6, 6), (1, 1), False),  # 4 tiles: too few columns for the GEMMs
-        ((1, 96, 8, 8), (1, 1), True),  # F(2×2)'s 16 tiles
+        ((1, 96, 6, 6), (1, 1), False),  # 9 tiles: too few columns for the GEMMs
+        ((2, 48, 8, 8), (1, 1), False),  # 32 F(2×2) tiles, but 48·48·9·128 = 2.7M products
+        ((1, 96, 12, 12), (1, 1), True),  # F(2×2)'s 36 tiles (F(4×4) has 9)
     ],
 )
 def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(

@@ -20,6 +20,7 @@ never comes here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,10 @@ _MIN_COLUMNS = {4: 16, 2: 16}
 #   128 → 128 at 28×28 (49 columns): F2 0.68-0.80, F4 0.43-0.44
 _WIDE_COLUMNS = 32
 _TIGHT_COVER = 1.15
+# The fewest multiply-adds of the direct sum (M·C·9·outputs) it takes: below, the transforms'
+# dozen calls cost more than they save (32 → 32 at 16×16 2.4M: F4 1.17× the direct time; 64 →
+# 64 at 10×10 3.7M: F2 1.06×; 48 → 48 at 16×16 5.3M: F4 0.86×; 96 → 96 at 8×8: F2 0.84×).
+_MIN_PRODUCTS = 1 << 22
 # More input channels than this, or the direct path: Winograd measured from 32 channels (F(4×4),
 # AMD EPYC, 1 thread: 32 → 64 at 56×56 0.87× the direct time, 64 → 64 at 56×56 0.76×, 64 → 64
 # at 28×28 0.93×, 16 → 64 at 56×56 1.4×). A bank of identical filters (the ONNX suite's light
@@ -107,7 +112,8 @@ class WinogradFilters:
         self, batch: int, out_spatial: tuple[int, ...], dilations: tuple[int, ...]
     ) -> WinogradFilter | None:
         """The transform for `batch` outputs of `out_spatial`, or None: the direct path."""
-        block = winograd_block(batch, out_spatial, dilations)
+        products = math.prod(self._w.shape) * batch * math.prod(out_spatial)
+        block = winograd_block(batch, out_spatial, dilations) if products >= _MIN_PRODUCTS else None
         if block is None:
             return None
         prepared = self._by_block.get(block)
