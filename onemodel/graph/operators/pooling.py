@@ -32,6 +32,7 @@ from onemodel.graph.operators.base import (
     TensorSpec,
 )
 from onemodel.graph.operators.conv import Placement, SlidingWindows
+from onemodel.graph.operators.reductions import float_sum
 from onemodel.graph.operators.unary import IEEE_FLOATS
 from onemodel.tensors import DType
 
@@ -400,6 +401,10 @@ class GlobalAveragePoolOp(GlobalPool):
         axes = tuple(range(2, x.ndim))
         if ctx.exact:
             ctx.kernels.exact_mean_arrays(x, axes, out)
+            return
+        if x.dtype.char in "fd":  # the sum as one matrix-vector product (`float_sum`)
+            total = float_sum(ctx.xp, x, axes)
+            ctx.xp.divide(total.reshape(out.shape), math.prod(x.shape[2:]), out=out)
             return
         compute = _compute_dtype(ctx.xp, out.dtype)
         out[...] = ctx.xp.mean(x, axis=axes, keepdims=True, dtype=compute)
