@@ -280,7 +280,7 @@ class ArrayKernels(ConvolutionKernels):
         dilations: Sequence[int],
         divisor: Any | None = None,
     ) -> Callable[[Any, Any], None] | None:
-        """A call (x, out) for a fast 2-D pooling of one x shape, with its work arrays made
+        """A call (x, out) for a fast 1-D or 2-D pooling of one x shape, with its work arrays made
         here, for a backend that has one: max pooling, or with `divisor` (the window counts)
         the row-major window sums divided by it; None: the shared kernels."""
         return None

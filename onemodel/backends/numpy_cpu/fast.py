@@ -19,6 +19,7 @@ from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
 from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool, pair_pool_fits
 from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
+from onemodel.backends.numpy_cpu.tiled_pool import TiledMaxPool, tiled_pool_fits
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 from onemodel.backends.numpy_cpu.winograd import (
     WinogradFilter,
@@ -98,7 +99,11 @@ class NumpyKernels(ArrayKernels):
         dilations: Sequence[int],
         divisor: Any | None = None,
     ) -> Callable[[Any, Any], None] | None:
-        """3×3/2 float32 pools by column pairs (numpy_cpu/pair_pool.py) where they fit."""
+        """Max pools whose windows tile the input by strided and contiguous maxima
+        (numpy_cpu/tiled_pool.py); 3×3/2 float32 pools by column pairs (numpy_cpu/pair_pool.py)
+        where they fit."""
+        if divisor is None and tiled_pool_fits(x_shape, out_spatial, kernel, strides, dilations):
+            return TiledMaxPool(x_shape, kernel)
         geometry = (kernel, strides, pads, dilations)
         if not pair_pool_fits(x_shape, out_spatial, *geometry, dtype):
             return None

@@ -116,8 +116,8 @@ class WindowPool(Operator):
         )  # fmt: skip
 
     def _held(self, kernels: Any, shape: tuple[int, ...], dtype: Any, divisor: Any) -> Any:
-        """The backend's own kernel for this 2-D pooling (`held_pool`), or None."""
-        if len(shape) != 4 or 0 in shape:
+        """The backend's own kernel for this 1-D or 2-D pooling (`held_pool`), or None."""
+        if len(shape) not in (3, 4) or 0 in shape:
             return None
         placement = self._place(shape)
         return kernels.held_pool(
