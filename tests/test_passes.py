@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from operator_harness import onnxruntime_run
 
 from onemodel import ExecutionMode, OptimizationLevel, Session, SessionOptions
 from onemodel.bench_models import light_directory
@@ -181,6 +182,27 @@ def test_batch_normalization_folds_into_a_conv_within_rounding():
     plain = results(proto, {"x": x}, OptimizationLevel.NONE)[0]
     folded = results(proto, {"x": x}, OptimizationLevel.BASIC)[0]
     np.testing.assert_allclose(folded, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group, with_bias", [(1, False), (1, True), (2, True)])
+def test_batch_normalization_folds_into_a_conv_transpose_within_rounding(group, with_bias):
+    inputs = ["x", "w", "b"] if with_bias else ["x", "w"]
+    nodes = [
+        helper.make_node("ConvTranspose", inputs, ["c"], strides=[2, 2], group=group),
+        helper.make_node("BatchNormalization", ["c", "scale", "beta", "mean", "var"], ["y"]),
+    ]
+    w = RNG.standard_normal((6, 4 // group, 2, 2)).astype(np.float32)
+    inits = [const("w", w), const("b", RNG.standard_normal(4).astype(np.float32))]
+    proto = model_of(
+        nodes, [tensor("x", [1, 6, 5, 5])], [tensor("y", [1, 4, 10, 10])],
+        inits[: len(inputs) - 1] + batch_norm_inputs(),
+    )  # fmt: skip
+    assert op_types(session(proto, OptimizationLevel.BASIC)) == ["ConvTranspose"]
+    x = RNG.standard_normal((1, 6, 5, 5)).astype(np.float32)
+    plain = results(proto, {"x": x}, OptimizationLevel.NONE)[0]
+    folded = results(proto, {"x": x}, OptimizationLevel.BASIC)[0]
+    np.testing.assert_allclose(folded, plain, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(folded, onnxruntime_run(proto, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])

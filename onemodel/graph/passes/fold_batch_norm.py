@@ -1,6 +1,7 @@
-"""Inference BatchNormalization after a Conv or Gemm with constant weights is folded into
-those weights: y = (conv(x, W) + B − mean)·s + beta with s = scale/√(var + ε) equals
-conv(x, W·s) + ((B − mean)·s + beta). The new weights are computed in float64 and rounded
+"""Inference BatchNormalization after a Conv, ConvTranspose or Gemm with constant weights is
+folded into those weights: y = (conv(x, W) + B − mean)·s + beta with s = scale/√(var + ε)
+equals conv(x, W·s) + ((B − mean)·s + beta) (a ConvTranspose's output channel m is W[:, m
+mod M/group] of its group's inputs). The new weights are computed in float64 and rounded
 once, so results change in the last bits: not bit-preserving, skipped in exact mode."""
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class FoldBatchNormalization(GraphPass):
                 continue
             if is_onnx(producer, "Conv"):
                 fold_into_conv(graph, producer, norm, statistics)
+            elif is_onnx(producer, "ConvTranspose"):
+                _fold_into_conv_transpose(graph, producer, norm, statistics)
             elif is_onnx(producer, "Gemm"):
                 _fold_into_gemm(graph, producer, norm, statistics)
 
@@ -90,6 +93,36 @@ def fold_into_conv(
     )  # fmt: skip
     graph.replace([conv, consumer], [folded])
     return folded
+
+
+def _fold_into_conv_transpose(
+    graph: PassGraph, conv: PassNode, norm: PassNode, statistics: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """W (C, M/group, *K): group g's inputs C/group·g… make outputs M/group·g…, so output
+    channel g·M/group + j scales W[inputs of g, j]."""
+    weight, bias = _constants(graph, conv, range(1, 3))
+    s, shift = statistics
+    group = int(attribute(conv, "group", 1))
+    if weight is None or weight.dtype.kind != "f" or weight.ndim < 3:
+        return
+    if weight.shape[0] % group or weight.shape[1] * group != s.size:
+        return
+    if len(conv.inputs) > 2 and conv.inputs[2] != ABSENT and bias is None:
+        return
+    kernel = weight.shape[2:]
+    per_group = weight.astype(np.float64).reshape(group, -1, weight.shape[1], *kernel)
+    scaled = per_group * s.reshape(group, 1, -1, *(1,) * len(kernel))
+    old_bias = np.zeros(s.size) if bias is None else bias.astype(np.float64)
+    inputs = [
+        conv.inputs[0],
+        graph.add_constant("folded_weight", scaled.reshape(weight.shape).astype(weight.dtype)),
+        graph.add_constant("folded_bias", (old_bias * s + shift).astype(weight.dtype)),
+    ]
+    folded = graph.make_node(
+        conv.info, "ConvTranspose", inputs, norm.outputs[:1], dict(conv.info.attributes),
+        opset=conv.info.opset,
+    )  # fmt: skip
+    graph.replace([conv, norm], [folded])
 
 
 def _fold_into_gemm(
