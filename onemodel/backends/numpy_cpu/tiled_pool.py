@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
+
 # From this many input elements; below, the padded kernel's fewer calls win.
 TILED_POOL_MIN = 1 << 12
 
@@ -53,7 +55,12 @@ class TiledMaxPool:
         self.work: Any = None
 
     def __call__(self, x: Any, out: Any) -> None:
-        """NumPy's errors ignored already."""
+        """NumPy's errors ignored already. Small ufunc buffers: the default 8192-element ones
+        would copy the strided column phases through 64 KB of temporaries a call."""
+        with small_buffers():
+            self._pool(x, out)
+
+    def _pool(self, x: Any, out: Any) -> None:
         (kh, kw), (out_h, out_w) = self.kernel, self.out_hw
         n, c = self.planes[:2]
         x = x.reshape(self.planes)[:, :, : out_h * kh]
