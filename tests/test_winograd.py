@@ -52,6 +52,38 @@ def test_winograd_matches_the_direct_sum(
     assert error < BOUND
 
 
+@pytest.mark.parametrize("block", [2, 4])
+@pytest.mark.parametrize(
+    "batch, height, width, pad",
+    [
+        (4, 7, 7, 1),  # 7×7 (ResNet's last stage): the last block row and column cropped
+        (2, 13, 17, 0),  # no padding: 11×15 outputs
+        (1, 16, 20, 2),  # pads 2: 18×22 outputs
+    ],
+)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_winograd_writes_a_slice_of_a_wider_output_with_its_bias(
+    block, batch, height, width, pad, with_bias
+):
+    """out a Concat's slice (channels 3.. of a wider array, not C-contiguous): the blocks go
+    to their places, the bias once each, and nothing around the slice is touched."""
+    rng = np.random.default_rng(block * 100 + height)
+    x, w = _case(rng, batch, 32, 36, height, width)
+    b = rng.standard_normal(36).astype(np.float32) if with_bias else None
+    expected = direct_conv(x, w, (1, 1), (pad,) * 4, (1, 1), 1)
+    if with_bias:
+        expected = expected + b.reshape(-1, 1, 1)
+    wide = np.full((batch, 3 + 36 + 5, *expected.shape[2:]), np.nan, np.float32)
+    kernels = NumpyKernels()
+    prepared = winograd.transformed_filter(w, block)
+    assert winograd.winograd_conv(
+        x, prepared, wide[:, 3:39], (pad, pad), (1, 1), _allocate, kernels.matmul_arrays, b
+    )
+    error = np.abs(wide[:, 3:39] - expected).max() / np.abs(expected).max()
+    assert error < BOUND
+    assert np.isnan(wide[:, :3]).all() and np.isnan(wide[:, 39:]).all()
+
+
 def test_the_fast_backend_prepares_transforms_only_for_wide_3x3_float32_filters():
     rng = np.random.default_rng(0)
     kernels = NumpyKernels()

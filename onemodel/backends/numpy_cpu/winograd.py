@@ -16,6 +16,11 @@ convolved as a batch (DeepLabV3's dilated 3×3 convolutions).
 Error (float32, unit-scale data): F(2×2) within about 1e-6 and F(4×4) within about 2e-5 of
 the largest output, relative (tests/test_winograd.py states the bound it checks). Exact mode
 never comes here.
+
+The steps around the core GEMMs (the tiles' strided copy, the K = m + 2 passes, the copy
+into NCHW) cost about as much as the GEMMs, and no cheaper NumPy form of them was found:
+tools/winograd_floor.py times each step in every form tried (64 → 64 at 56×56, 1 thread:
+GEMMs 0.58 ms, the rest 0.69, the kernel 1.07× that floor; docs/kernel-seam.md lists them).
 """
 
 from __future__ import annotations
