@@ -6,8 +6,8 @@ right after an untimed call of itself, min).
     python tools/winograd_floor.py [C,M,H,W,N ...]   # default: the bench's 3x3 stride-1 layers
 
 A shape is a 3×3 convolution, pads 1 and a bias, with the block the fast backend gives its
-filter (`winograd_filter`). The steps run a band of tile rows at a time as the kernel does,
-on preallocated arrays, so their sum (the floor) leaves out only Python's own overhead:
+outputs (`WinogradFilters.for_output`). The steps run a band of tile rows at a time as the
+kernel does, on preallocated arrays, so their sum (the floor) leaves out only Python's own overhead:
 
 - pad: x into the zero-bordered tile grid, one copy (plus the borders' zeros).
 - tiles and Bᵀ·d·B: (a) the kernel's: one strided copy of the overlapping tiles, then Bᵀ
@@ -134,7 +134,8 @@ def steps(x: np.ndarray, w: np.ndarray) -> Steps:
     """The steps of the 3×3 convolution of x by w (pads 1, a bias) as the kernel runs them."""
     batch, channels, height, width = x.shape
     filters = w.shape[0]
-    prepared = winograd.winograd_filter(w, 1)
+    transforms = winograd.winograd_filter(w, 1)
+    prepared = transforms and transforms.for_output(batch, (height, width), (1, 1))
     if prepared is None:
         raise SystemExit(f"{x.shape} by {w.shape}: the fast backend takes the direct path")
     m, t = prepared.block, prepared.tile
@@ -304,7 +305,7 @@ def node_runs(
         bench_ops.case_model(case), options, providers=["CPUExecutionProvider"]
     )
     feeds = {"x0": x}
-    prepared = winograd.winograd_filter(w, 1)
+    prepared = winograd.winograd_filter(w, 1).for_output(batch, (height, width), (1, 1))
     out = np.empty((batch, filters, height, width), np.float32)
     scratch = Reused(np.empty)
 
