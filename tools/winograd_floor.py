@@ -111,8 +111,10 @@ class Steps:
 
     def check(self) -> None:
         """Run every form in order, a band at a time (the steps share the band's arrays);
-        each step's forms must fill the same values (float32 rounding apart), so that the
-        floor times the kernel's work and no less."""
+        each step's forms must fill the same values (float32 rounding apart: F(4×4)'s
+        transforms sum terms up to 8× the result, so forms that order them differently part
+        by up to about 2e-5 of the largest; 1e-4 as tests/test_winograd.py bounds the kernel),
+        so that the floor times the kernel's work and no less."""
         for band in self.bands:
             self._check_band([band])
 
@@ -125,7 +127,7 @@ class Steps:
                     if first is None:
                         first = self.products[step].copy()
                     scale = np.abs(first).max()
-                    assert np.abs(self.products[step] - first).max() <= 1e-5 * scale, step
+                    assert np.abs(self.products[step] - first).max() <= 1e-4 * scale, step
             if first is not None:
                 self.products[step][...] = first
 
