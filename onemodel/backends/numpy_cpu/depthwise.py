@@ -41,7 +41,11 @@ from numpy.lib.stride_tricks import as_strided
 
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.flat_phases import PhaseGrid, fill_phases, flat_phases, phase_grid
+from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
 
+# A stride-1 depthwise filter with at most this many output pixels per plane runs channels
+# last, every tap in one einsum (numpy_cpu/channels_last_taps.py; see the module docstring).
+CHANNELS_LAST_PIXELS = 1024
 # A strided filter whose planes (output rows × padded row length) have at most this many
 # elements goes channels last, tap by tap (see the module's docstring).
 CHANNELS_LAST_PLANE = 256
@@ -74,6 +78,10 @@ def grouped_conv(
     kh·kw, each filter's channels then taps in row-major order) in G = C / (C/G) groups,
     leading `pads`, plus `bias` (M,) when given (in the final copy), all in one floating
     type."""
+    held = held_grouped(x.shape, taps, out.shape, kernel, strides, pads, dilations, allocate)
+    if held is not None:
+        held(x, out, bias)
+        return
     geometry = phase_grid(tuple(out.shape[2:]), tuple(kernel), tuple(strides), tuple(dilations))
     window = (kernel, strides, pads, dilations)
     depthwise = out.shape[1] == x.shape[1] and taps.shape[1] == len(geometry.shifts)
@@ -83,6 +91,27 @@ def grouped_conv(
     for first in range(0, x.shape[0], step):
         images = slice(first, first + step)
         layout(x[images], taps, out[images], window, geometry, allocate, bias)
+
+
+def held_grouped(
+    x_shape: Sequence[int],
+    taps: np.ndarray,
+    out_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    allocate: Scratch | None = None,
+) -> ChannelsLastTaps | None:
+    """The held form of a grouped convolution that has one (a bound step keeps it; an
+    unbound run makes it over its scratch): a stride-1 depthwise filter, one output channel
+    per input channel, over planes of at most CHANNELS_LAST_PIXELS outputs."""
+    depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
+    if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1) or tuple(strides) != (1, 1):
+        return None
+    if math.prod(out_shape[2:]) > CHANNELS_LAST_PIXELS:
+        return None
+    return ChannelsLastTaps(x_shape, taps, out_shape, kernel, pads, dilations, allocate)
 
 
 def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

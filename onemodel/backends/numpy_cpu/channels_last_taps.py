@@ -1,0 +1,92 @@
+"""A stride-1 depthwise convolution over small planes, channels last, all taps in one einsum.
+
+Over a 14×14 or 7×7 plane the planar layouts pay per channel: a BLAS call per channel for
+the gathered columns, a loop per plane row for tap passes. Channels last, the input padded
+to (N, rows, cols, C), tap (i, j) of output row y reads one contiguous run of out_w·C
+values, so `np.einsum('nijyq,ijq->nyq')` over that window view and the weights repeated
+along each run sums every tap as one multiply-add loop per (image, tap, row), where NumPy's
+multiply then add take two passes a tap (AMD EPYC, one thread: 960 channels at 7×7 by 3×3,
+taps alone 0.06 ms against 0.08 in passes). What it costs is the two transposing copies, x
+into the padded buffer and the result into out.
+
+`ChannelsLastTaps` holds all of it for one x shape: the zero-bordered buffer (its border
+written once), the window view, the repeated weights and the result. A bound step keeps
+one (numpy_cpu/fast.py `held_conv`); an unbound run makes one over its scratch, so both give
+the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from onemodel.backends.array_types import Scratch
+from onemodel.backends.numpy_cpu.movement import transpose_copy
+
+# Result elements per einsum: a chunk of images whose result stays in cache across taps.
+_CHUNK_ELEMENTS = 1 << 16
+
+
+class ChannelsLastTaps:
+    """out (N, C, Ho, Wo) = the depthwise convolution of x (`x_shape`) by `taps` (C, kh·kw)
+    at unit strides with leading `pads`, plus a bias; see the module docstring. Call it as
+    (x, out, bias or None); it returns True (any out layout)."""
+
+    def __init__(
+        self,
+        x_shape: Sequence[int],
+        taps: np.ndarray,
+        out_shape: Sequence[int],
+        kernel: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        allocate: Scratch | None = None,
+    ) -> None:
+        empty = allocate or _own
+        batch, channels, height, width = x_shape
+        (kh, kw), (dh, dw), (top, left) = kernel, dilations, pads[:2]
+        out_h, out_w = out_shape[2:]
+        rows, cols = out_h + (kh - 1) * dh, out_w + (kw - 1) * dw
+        kept_h, kept_w = min(height, rows - top), min(width, cols - left)
+        dtype = taps.dtype
+        padded = empty((batch, rows, cols, channels), dtype)
+        padded.fill(0)
+        self.source = (slice(None), slice(None), slice(0, kept_h), slice(0, kept_w))
+        self.interior = padded[:, top : top + kept_h, left : left + kept_w].transpose(0, 3, 1, 2)
+        image, row, column, item = padded.strides
+        run = out_w * channels
+        self.windows = as_strided(
+            padded,
+            (batch, kh, kw, out_h, run),
+            (image, dh * row, dw * column, row, item),
+            writeable=False,
+        )
+        weights = empty((kh, kw, out_w, channels), dtype)
+        np.copyto(weights, taps.T.reshape(kh, kw, 1, channels))
+        self.weights = weights.reshape(kh, kw, run)
+        self.result = empty((batch, out_h, out_w, channels), dtype)
+        self.step = max(1, _CHUNK_ELEMENTS // self.result[0].size)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
+        np.copyto(self.interior, x[self.source])
+        result = self.result
+        sums = result.reshape(*result.shape[:2], -1)
+        for first in range(0, result.shape[0], self.step):
+            images = slice(first, first + self.step)
+            np.einsum("nijyq,ijq->nyq", self.windows[images], self.weights, out=sums[images])
+        if bias is not None:
+            np.add(result, bias, out=result)
+        if out.flags.c_contiguous:
+            batch, channels = out.shape[:2]
+            planes = out.reshape(batch, channels, -1)
+            transpose_copy(result.reshape(batch, -1, channels), (0, 2, 1), planes)
+        else:
+            np.copyto(out, result.transpose(0, 3, 1, 2))
+        return True
+
+
+def _own(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    return np.empty(tuple(shape), dtype)
