@@ -15,7 +15,7 @@ from operator_harness import onnxruntime_run
 import onemodel.backends.convolution as convolution
 from onemodel import Session
 from onemodel.backends import KernelPaths
-from onemodel.backends.numpy_cpu import depthwise
+from onemodel.backends.numpy_cpu import channels_last_taps, depthwise
 from onemodel.graph.importer import model_from_proto
 
 
@@ -289,7 +289,7 @@ GROUPED = [name for name in CASES if name.startswith(("depthwise", "grouped"))]
 
 
 @pytest.mark.parametrize("name", GROUPED)
-@pytest.mark.parametrize("layout", ["_gathered_columns", "_channel_planes", "_channels_last"])
+@pytest.mark.parametrize("layout", ["_gathered_columns", "_channel_planes", "channels last"])
 @pytest.mark.parametrize("chunk", [1 << 20, 1], ids=["one block", "a channel a block"])
 def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monkeypatch):
     """Each layout on every case (the tap-by-tap ones take one output channel per input
@@ -298,8 +298,11 @@ def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monk
     def forced(geometry, strides, one_to_one):
         return getattr(depthwise, layout if one_to_one else "_gathered_columns")
 
+    planes = -1 if layout != "channels last" else 1 << 30  # held_grouped's plane limits
+    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", {True: planes, False: planes})
     monkeypatch.setattr(depthwise, "tap_layout", forced)
     monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(channels_last_taps, "_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(depthwise, "_BLOCK_ELEMENTS", chunk)
     x_shape, w_shape, strides, pads, dilations, group = CASES[name]
     rng = np.random.default_rng(len(name))

@@ -41,15 +41,16 @@ class ChannelsLastTaps:
         taps: np.ndarray,
         out_shape: Sequence[int],
         kernel: Sequence[int],
+        strides: Sequence[int],
         pads: Sequence[int],
         dilations: Sequence[int],
         allocate: Scratch | None = None,
     ) -> None:
         empty = allocate or _own
         batch, channels, height, width = x_shape
-        (kh, kw), (dh, dw), (top, left) = kernel, dilations, pads[:2]
+        (kh, kw), (sh, sw), (dh, dw), (top, left) = kernel, strides, dilations, pads[:2]
         out_h, out_w = out_shape[2:]
-        rows, cols = out_h + (kh - 1) * dh, out_w + (kw - 1) * dw
+        rows, cols = (out_h - 1) * sh + (kh - 1) * dh + 1, (out_w - 1) * sw + (kw - 1) * dw + 1
         kept_h, kept_w = min(height, rows - top), min(width, cols - left)
         dtype = taps.dtype
         padded = empty((batch, rows, cols, channels), dtype)
@@ -57,26 +58,31 @@ class ChannelsLastTaps:
         self.source = (slice(None), slice(None), slice(0, kept_h), slice(0, kept_w))
         self.interior = padded[:, top : top + kept_h, left : left + kept_w].transpose(0, 3, 1, 2)
         image, row, column, item = padded.strides
-        run = out_w * channels
-        self.windows = as_strided(
-            padded,
-            (batch, kh, kw, out_h, run),
-            (image, dh * row, dw * column, row, item),
-            writeable=False,
-        )
         weights = empty((kh, kw, out_w, channels), dtype)
         np.copyto(weights, taps.T.reshape(kh, kw, 1, channels))
-        self.weights = weights.reshape(kh, kw, run)
         self.result = empty((batch, out_h, out_w, channels), dtype)
+        if sw == 1:  # each output row's tap is one run of out_w·C values
+            run = out_w * channels
+            shape, steps = (out_h, run), (sh * row, item)
+            self.weights, self.sums = weights.reshape(kh, kw, run), "nijyq,ijq->nyq"
+        else:
+            shape, steps = (out_h, out_w, channels), (sh * row, sw * column, item)
+            self.weights, self.sums = weights, "nijyxc,ijxc->nyxc"
+        self.windows = as_strided(
+            padded,
+            (batch, kh, kw, *shape),
+            (image, dh * row, dw * column, *steps),
+            writeable=False,
+        )
         self.step = max(1, _CHUNK_ELEMENTS // self.result[0].size)
 
     def __call__(self, x: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
         np.copyto(self.interior, x[self.source])
         result = self.result
-        sums = result.reshape(*result.shape[:2], -1)
+        sums = result.reshape(self.windows.shape[:1] + self.windows.shape[3:])
         for first in range(0, result.shape[0], self.step):
             images = slice(first, first + self.step)
-            np.einsum("nijyq,ijq->nyq", self.windows[images], self.weights, out=sums[images])
+            np.einsum(self.sums, self.windows[images], self.weights, out=sums[images])
         if bias is not None:
             np.add(result, bias, out=result)
         if out.flags.c_contiguous:

@@ -40,17 +40,13 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onemodel.backends.array_types import Scratch
-from onemodel.backends.flat_phases import PhaseGrid, fill_phases, flat_phases, phase_grid
+from onemodel.backends.flat_phases import PhaseGrid, flat_phases, phase_grid
 from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
 
-# A stride-1 depthwise filter with at most this many output pixels per plane runs channels
-# last, every tap in one einsum (numpy_cpu/channels_last_taps.py; see the module docstring).
-CHANNELS_LAST_PIXELS = 1024
-# A strided filter whose planes (output rows × padded row length) have at most this many
-# elements goes channels last, tap by tap (see the module's docstring).
-CHANNELS_LAST_PLANE = 256
-# Elements per row of a channels-last tap's operands (a whole number of pixels).
-_ROW_ELEMENTS = 8192
+# A depthwise filter with at most this many output pixels per plane (stride 1, strided) runs
+# channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py; see the module
+# docstring).
+CHANNELS_LAST_PIXELS = {True: 1024, False: 256}
 # Images go through a layout a few at a time, so that its operands stay in cache: all 8
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays 17 times tap by tap.
 _CHUNK_ELEMENTS = 1 << 19
@@ -107,11 +103,11 @@ def held_grouped(
     unbound run makes it over its scratch): a stride-1 depthwise filter, one output channel
     per input channel, over planes of at most CHANNELS_LAST_PIXELS outputs."""
     depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
-    if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1) or tuple(strides) != (1, 1):
+    if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
         return None
-    if math.prod(out_shape[2:]) > CHANNELS_LAST_PIXELS:
+    if math.prod(out_shape[2:]) > CHANNELS_LAST_PIXELS[tuple(strides) == (1, 1)]:
         return None
-    return ChannelsLastTaps(x_shape, taps, out_shape, kernel, pads, dilations, allocate)
+    return ChannelsLastTaps(x_shape, taps, out_shape, kernel, strides, pads, dilations, allocate)
 
 
 def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
@@ -126,11 +122,11 @@ def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
 
 def tap_layout(geometry: PhaseGrid, strides: tuple[int, int], depthwise: bool) -> Layout:
     """Gathered columns at stride 1 or unless each group is one input and one output
-    channel; a strided depthwise filter tap by tap, channels last over small planes (see
-    the module's docstring)."""
+    channel; a strided depthwise filter tap by tap over its channel planes (see the
+    module's docstring)."""
     if not depthwise or strides == (1, 1):
         return _gathered_columns
-    return _channels_last if geometry.span <= CHANNELS_LAST_PLANE else _channel_planes
+    return _channel_planes
 
 
 @functools.lru_cache(maxsize=256)
@@ -239,54 +235,3 @@ def _channel_planes(
         phases.crop(total, out)
     else:
         np.add(phases.kept(total), bias.reshape(-1, 1, 1), out=out)
-
-
-def _channels_last(
-    x: np.ndarray,
-    taps: np.ndarray,
-    out: np.ndarray,
-    window: tuple[Sequence[int], ...],
-    g: PhaseGrid,
-    allocate: Scratch,
-    bias: np.ndarray | None,
-) -> None:
-    """Phases (sh, sw, flat run): images one after another, each (rows·cols + slack, C). A
-    tap's run crosses from one image into the next only at positions the final copy drops,
-    so one multiply and one add per tap cover every image, in rows of `_ROW_ELEMENTS`."""
-    batch, channels = x.shape[:2]
-    _, strides, pads, _ = window
-    sh, sw = strides
-    (out_h, out_w), area = g.out_hw, g.rows * g.cols
-    image = g.length * channels  # one image's stretch of the run
-    row = max(1, _ROW_ELEMENTS // channels) * channels
-    count = -(-batch * image // row)  # rows of the accumulator, past the last image
-    reach = max(shift for _, _, shift in g.shifts) * channels
-    length = max(reach + count * row, batch * image)
-    phases = allocate((sh, sw, length), x.dtype)
-    phases[:, :, batch * image :] = 0
-    grids = (
-        phases[:, :, : batch * image]
-        .reshape(sh, sw, batch, image)[..., : area * channels]
-        .reshape(sh, sw, batch, g.rows, g.cols, channels)
-        .transpose(0, 1, 2, 5, 3, 4)
-    )
-    fill_phases(x, grids, strides, pads, 0)
-    weights = np.tile(taps.T, (1, row // channels))  # [tap, row of repeated channels]
-    total = allocate((count, row), x.dtype)
-    product = allocate((count, row), x.dtype)
-    for tap, (ry, rx, shift) in enumerate(g.shifts):
-        start = shift * channels
-        run = phases[ry, rx, start : start + count * row].reshape(count, row)
-        if tap == 0:
-            np.multiply(run, weights[tap], out=total)
-        else:
-            np.multiply(run, weights[tap], out=product)
-            np.add(total, product, out=total)
-    if bias is not None:
-        np.add(total, np.tile(bias, row // channels), out=total)
-    kept = (
-        total.reshape(-1)[: batch * image]
-        .reshape(batch, image)[:, : out_h * g.cols * channels]
-        .reshape(batch, out_h, g.cols, channels)[:, :, :out_w]
-    )
-    out[...] = kept.transpose(0, 3, 1, 2)
