@@ -295,7 +295,7 @@ GROUPED = [name for name in CASES if name.startswith(("depthwise", "grouped"))]
 @pytest.mark.parametrize("chunk", [1 << 20, 1], ids=["one block", "a channel a block"])
 def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monkeypatch):
     """Each layout on every case (the tap-by-tap and held ones take one output channel per
-    input channel, the shifted columns only planes that keep their size), in one block of
+    input channel, the shifted columns only phases that fit the output planes), in one block of
     images or channels and in blocks of one."""
 
     def forced(geometry, strides, one_to_one):
@@ -307,7 +307,7 @@ def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monk
     planes = 1 << 30 if layout == "channels last" else -1  # held_grouped's plane limits
     monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", {True: planes, False: planes})
     if layout.startswith("_"):
-        monkeypatch.setattr(depthwise, "keeps_plane_size", lambda *shapes: False)
+        monkeypatch.setattr(depthwise, "fits_output_planes", lambda *shapes: False)
     monkeypatch.setattr(depthwise, "tap_layout", forced)
     monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(channels_last_taps, "_CHUNK_ELEMENTS", chunk)

@@ -42,7 +42,7 @@ from numpy.lib.stride_tricks import as_strided
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.flat_phases import PhaseGrid, flat_phases, phase_grid
 from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
-from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, keeps_plane_size
+from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 
 # A depthwise filter with at most this many output pixels per plane (stride 1, strided) runs
 # channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py; see the module
@@ -102,15 +102,15 @@ def held_grouped(
     """The held form of a grouped convolution that has one (a bound step keeps it; an
     unbound run makes it over its scratch): for a depthwise filter (one output channel per
     input channel) channels last over planes of at most CHANNELS_LAST_PIXELS outputs, else
-    at unit strides columns shifted straight from x where the planes keep their size."""
+    columns shifted from its stride phases where they fit the output's planes."""
     depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
     if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
         return None
     window = (kernel, strides, pads, dilations)
     if math.prod(out_shape[2:]) <= CHANNELS_LAST_PIXELS[tuple(strides) == (1, 1)]:
         return ChannelsLastTaps(x_shape, taps, out_shape, *window, allocate)
-    if keeps_plane_size(x_shape, out_shape, strides):
-        return ShiftedColumns(x_shape, taps, kernel, pads, dilations, allocate)
+    if fits_output_planes(x_shape, out_shape, *window):
+        return ShiftedColumns(x_shape, taps, out_shape, *window, allocate)
     return None
 
 
