@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_types import Scratch
+from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 
 # Column elements per block of channels (in cache between the copies and the products):
 # 144 channels at 56×56 by 3×3 took 0.77 ms in blocks of 2^18, 0.71 of 2^19, 0.73 of 2^20.
@@ -127,8 +128,12 @@ class ShiftedColumns:
     def __call__(self, x: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
         if not out.flags.c_contiguous:
             return False
+        with small_buffers():  # the bias add buffers less (144 × 56 × 56: 0.61 -> 0.57 ms)
+            self._run(x, out.reshape(*out.shape[:2], 1, -1), bias)
+        return True
+
+    def _run(self, x: np.ndarray, results: np.ndarray, bias: np.ndarray | None) -> None:
         batch, channels = x.shape[:2]
-        results = out.reshape(batch, channels, 1, -1)
         block = self.block
         for image in range(batch):
             for first in range(0, channels, block):
@@ -148,7 +153,6 @@ class ShiftedColumns:
                 np.matmul(self.weights[group], self.columns[:count], out=result)
                 if bias is not None:
                     np.add(result, bias[group, None, None], out=result)
-        return True
 
 
 def _own(shape: Sequence[int], dtype: Any) -> np.ndarray:
