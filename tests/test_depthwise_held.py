@@ -66,7 +66,8 @@ def _operands(name, dtype, multiplier=1):
 def _force(monkeypatch, form: str) -> None:
     """held_grouped takes `form` wherever it applies: every plane channels last, or none."""
     planes = 1 << 30 if form == "channels last" else -1
-    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", {True: planes, False: planes})
+    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", planes)
+    monkeypatch.setattr(depthwise, "WIDE_KERNEL_PIXELS", planes)
 
 
 def _conv(x, w, out, case, bias):
@@ -133,7 +134,8 @@ def test_a_channel_multiplier_is_no_held_form_and_gets_the_direct_sum():
     [
         ((1, 960, 7, 7), 3, 1, ChannelsLastTaps),
         ((1, 1152, 7, 7), 5, 1, ChannelsLastTaps),
-        ((1, 192, 28, 28), 3, 1, ChannelsLastTaps),
+        ((1, 240, 28, 28), 5, 1, ChannelsLastTaps),
+        ((1, 192, 28, 28), 3, 1, ShiftedColumns),
         ((1, 576, 14, 14), 3, 2, ChannelsLastTaps),
         ((1, 240, 28, 28), 3, 2, ChannelsLastTaps),
         ((1, 144, 56, 56), 3, 1, ShiftedColumns),
@@ -143,8 +145,8 @@ def test_a_channel_multiplier_is_no_held_form_and_gets_the_direct_sum():
     ],
 )
 def test_the_held_form_follows_the_plane_size_rule(x_shape, kernel, stride, form):
-    """MobileNet's and EfficientNet's layers: channels last up to CHANNELS_LAST_PIXELS output
-    pixels a plane (1024 at unit strides, 256 strided), the shifted columns above."""
+    """MobileNet's and EfficientNet's layers: channels last up to 256 output pixels a plane
+    (1024 for a 5×5 kernel at unit strides), the shifted columns above."""
     pad = kernel // 2
     out_side = (x_shape[2] + 2 * pad - kernel) // stride + 1
     taps = np.zeros((x_shape[1], kernel * kernel), np.float32)

@@ -305,7 +305,8 @@ def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monk
 
     chosen = depthwise.tap_layout
     planes = 1 << 30 if layout == "channels last" else -1  # held_grouped's plane limits
-    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", {True: planes, False: planes})
+    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", planes)
+    monkeypatch.setattr(depthwise, "WIDE_KERNEL_PIXELS", planes)
     if layout.startswith("_"):
         monkeypatch.setattr(depthwise, "fits_output_planes", lambda *shapes: False)
     monkeypatch.setattr(depthwise, "tap_layout", forced)

@@ -44,10 +44,12 @@ from onemodel.backends.flat_phases import PhaseGrid, flat_phases, phase_grid
 from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
 from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 
-# A depthwise filter with at most this many output pixels per plane (stride 1, strided) runs
-# channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py; see the module
-# docstring).
-CHANNELS_LAST_PIXELS = {True: 1024, False: 256}
+# A depthwise filter runs channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py)
+# over planes of at most CHANNELS_LAST_PIXELS outputs, and at unit strides a kernel of more
+# than 9 taps over planes of at most WIDE_KERNEL_PIXELS; larger planes take the shifted
+# columns (see the module docstring for the figures).
+CHANNELS_LAST_PIXELS = 256
+WIDE_KERNEL_PIXELS = 1024
 # Images go through a layout a few at a time, so that its operands stay in cache: all 8
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays 17 times tap by tap.
 _CHUNK_ELEMENTS = 1 << 19
@@ -101,13 +103,14 @@ def held_grouped(
 ) -> ChannelsLastTaps | ShiftedColumns | None:
     """The held form of a grouped convolution that has one (a bound step keeps it; an
     unbound run makes it over its scratch): for a depthwise filter (one output channel per
-    input channel) channels last over planes of at most CHANNELS_LAST_PIXELS outputs, else
-    columns shifted from its stride phases where they fit the output's planes."""
+    input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS),
+    else columns shifted from its stride phases where they fit the output's planes."""
     depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
     if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
         return None
     window = (kernel, strides, pads, dilations)
-    if math.prod(out_shape[2:]) <= CHANNELS_LAST_PIXELS[tuple(strides) == (1, 1)]:
+    wide = tuple(strides) == (1, 1) and taps.shape[1] > 9
+    if math.prod(out_shape[2:]) <= (WIDE_KERNEL_PIXELS if wide else CHANNELS_LAST_PIXELS):
         return ChannelsLastTaps(x_shape, taps, out_shape, *window, allocate)
     if fits_output_planes(x_shape, out_shape, *window):
         return ShiftedColumns(x_shape, taps, out_shape, *window, allocate)
