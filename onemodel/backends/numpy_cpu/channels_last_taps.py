@@ -1,13 +1,15 @@
-"""A stride-1 depthwise convolution over small planes, channels last, all taps in one einsum.
+"""A depthwise convolution over small planes, channels last, all taps in one einsum.
 
 Over a 14×14 or 7×7 plane the planar layouts pay per channel: a BLAS call per channel for
 the gathered columns, a loop per plane row for tap passes. Channels last, the input padded
 to (N, rows, cols, C), tap (i, j) of output row y reads one contiguous run of out_w·C
-values, so `np.einsum('nijyq,ijq->nyq')` over that window view and the weights repeated
-along each run sums every tap as one multiply-add loop per (image, tap, row), where NumPy's
-multiply then add take two passes a tap (AMD EPYC, one thread: 960 channels at 7×7 by 3×3,
-taps alone 0.06 ms against 0.08 in passes). What it costs is the two transposing copies, x
-into the padded buffer and the result into out.
+values at unit column strides (C values per output pixel otherwise), so one `np.einsum`
+over that window view and the weights repeated along each run sums every tap as one
+multiply-add loop per (image, tap, row), where NumPy's multiply then add take two passes a
+tap (AMD EPYC, one thread: 960 channels at 7×7 by 3×3, the taps alone 0.06 ms against 0.08
+in passes). What it costs is the two transposing copies, x into the padded buffer and the
+result into out, which is why larger planes take the shifted columns
+(numpy_cpu/shifted_columns.py; the limits are numpy_cpu/depthwise.py's).
 
 `ChannelsLastTaps` holds all of it for one x shape: the zero-bordered buffer (its border
 written once), the window view, the repeated weights and the result. A bound step keeps

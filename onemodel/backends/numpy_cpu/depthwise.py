@@ -1,33 +1,45 @@
 """Grouped 2-D convolution, depthwise (one input channel per group) above all.
 
 im2col through the shared path runs one tiny GEMM per group over columns copied window by
-window. Here the padded image is split into its stride phases and each phase flattened row
-by row into one contiguous run (backends/flat_phases.py, shared with pooling), with
-cols − out_w positions of slack per row that the final copy drops: tap (i, j) of every
-output position then reads one phase at a shift. Three layouts use that:
+window. A depthwise filter (one output channel per input channel) first gets a held form
+(`held_grouped`; a bound step keeps it, an unbound run makes it over its scratch), chosen
+by the output plane's size alone:
+
+- channels last (numpy_cpu/channels_last_taps.py) for planes of at most CHANNELS_LAST_PIXELS
+  outputs, and at unit strides up to WIDE_KERNEL_PIXELS for kernels of more than 9 taps: one
+  einsum sums every tap as a multiply-add over runs of out_w·C values, where the planar
+  forms pay per channel (a BLAS call, a loop per short row); two transposing copies;
+- shifted columns (numpy_cpu/shifted_columns.py) for larger planes whose stride phases fit
+  the output plane (the padding that keeps a plane or halves it): every tap's columns one
+  contiguous shifted run of x (or of its phases), one BLAS matrix-vector product per
+  channel straight into out, no padded copy and no crop.
+
+Everything else (a channel multiplier, groups of several channels, planes the phases do not
+fit) splits the padded image into its stride phases, each flattened row by row into one
+contiguous run (backends/flat_phases.py, shared with pooling), with cols − out_w positions
+of slack per row that the final copy drops, so that tap (i, j) of every output position reads
+one phase at a shift:
 
 - gathered columns (stride 1, a channel multiplier, or groups of several channels): a
   strided view of a phase's run is the row of columns of each of its taps, so one copy per
   phase gathers a block of groups' columns (channels, taps, out_h·cols), and one batched
   matmul by the weights (group, outputs per group, channels per group · taps) gives the
-  output: for depthwise a BLAS matrix-vector product per channel, reading each column once
-  with fused multiply-adds. (128 → 128 channels in 32 groups at 28×28 by 3×3: 0.31 ms
-  against the shared im2col's 0.37; 256 at 56×56: 2.49 against 3.56.)
-- channel planes (strided): tap by tap, a multiply by the weights as a (C, 1) column and an
-  add over all planes at once. NumPy has no fused multiply-add, so a 3×3 filter costs 17
-  passes where the columns cost 9 copies and one BLAS read; at stride 2 the outputs are a
-  quarter of the image, the passes run from cache and cost less than a BLAS call per
-  channel (144 channels at 56×56 by 3×3/2: 0.47 ms against 0.56 gathered).
-- channels last (strided, small planes): tap (i, j) shifts the run by (i·cols + j)·C, and
-  every tap's weights, repeated along the run into rows of about 8192 elements, make each
-  multiply one long contiguous loop (a 14×16 plane's rows are too short for NumPy's loops),
-  for a transposing copy in and one out.
+  output. (128 → 128 channels in 32 groups at 28×28 by 3×3: 0.31 ms against the shared
+  im2col's 0.37; 256 at 56×56: 2.49 against 3.56.)
+- channel planes (a strided depthwise filter): tap by tap, a multiply by the weights as a
+  (C, 1) column and an add over all planes at once (NumPy has no fused multiply-add ufunc:
+  2·taps − 1 passes).
 
-At stride 1 the columns measured (AMD EPYC, one thread, scratch held as a run holds it, a
-loaded machine; tap passes → columns): 672 channels at 14×14 by 5×5 1.38 → 0.95 ms, 240 at
-28×28 by 5×5 1.42 → 1.00, 384 at 14×14 by 3×3 0.31 → 0.22, 96 at 56×56 by 3×3 0.78 → 0.80.
-Every layout is bound by NumPy's passes over memory against onnxruntime's register-blocked
-kernel; tools/conv_floor.py times that floor (`rows --filter 'Conv dw'`).
+MobileNetV2/V3's and EfficientNet-B0's layers, one thread, AMD EPYC, each a one-node session
+against onnxruntime in the same run (before: gathered columns, channel planes and tap
+passes channels last; ms, onemodel/onnxruntime): 32 at 112×112 by 3×3 0.87 (4.1×) → 0.53
+(3.8×), 144 at 56×56 1.10 (3.9×) → 0.66 (3.6×), 96 at 112×112 by 3×3/2 1.21 (3.2×) → 0.88
+(2.8×), 384 at 14×14 0.25 (6.2×) → 0.16 (4.0×), 960 at 7×7 0.28 (9.5×) → 0.13 (4.8×), 672 at
+14×14 by 5×5 0.85 (7.9×) → 0.55 (5.8×), 1152 at 7×7 by 5×5 0.68 (15×) → 0.25 (6.2×). Every
+form is bound by NumPy's passes over memory against onnxruntime's register-blocked kernel;
+tools/conv_floor.py times that floor (`rows --filter 'Conv dw'`, `models NAME`): the shifted
+columns run 1.2–1.3× their floor at stride 1 (the copies and products themselves), strided
+forms pay the phase split's strided copies, and channels last its two transposes.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ channel's plane straight into out, and the bias is one contiguous add: no padded
 and no crop of a padded grid, which the gathered columns and the tap passes over flat phases
 (numpy_cpu/depthwise.py) pay.
 
-AMD EPYC, one thread, held as a bound step holds it, against those layouts in the same runs:
-144 channels at 56×56 by 3×3 0.69 ms against 0.81, 32 at 112×112 0.52 against 0.72; by 3×3/2
-96 at 112×112 0.80 against 1.30, 144 at 56×56 by 5×5/2 0.50 against 0.83 (the phase split's
-strided copies are most of what is left there).
+AMD EPYC, one thread, held as a bound step holds it, against those layouts in the same run
+(ms): 32 channels at 112×112 by 3×3 0.54 against 0.70, 144 at 56×56 0.65 against 0.86; 96
+at 112×112 by 3×3/2 0.92 against 1.13, 144 at 56×56 by 5×5/2 0.70 against 0.82 (there the
+phase split's strided copies are most of what is left).
 
 `ShiftedColumns` holds its phase planes, columns buffer and copies for one x shape; a bound
 step keeps one (numpy_cpu/fast.py `held_conv`), an unbound run makes one over its scratch:
