@@ -112,17 +112,21 @@ class ShiftedColumns:
         grid = columns.reshape(self.block, count, out_h, out_w)
         self.columns = columns
         self.copies: list[tuple[np.ndarray, int, slice]] = []  # (tap's columns, phase, run)
-        self.wraps: list[np.ndarray] = []  # the pixels of a tap's columns that wrap a row
         for tap, (r, q, s_y, s_x) in enumerate(reads):
             shift = s_y * out_w + s_x
             first, last = max(0, -shift), min(pixels, pixels - shift)
             if first < last:
                 run = slice(first + shift, last + shift)
                 self.copies.append((columns[:, tap, first:last], phases.index((r, q)), run))
+        # The pixels whose window wraps a row, for each kernel column's taps at once (their
+        # shift across is the column's).
+        self.wraps: list[np.ndarray] = []
+        kw = kernel[1]
+        for column, (*_, s_x) in enumerate(reads[:kw]):
             if s_x < 0:
-                self.wraps.append(grid[:, tap, :, : min(out_w, -s_x)])
+                self.wraps.append(grid[:, column::kw, :, : min(out_w, -s_x)])
             elif s_x > 0:
-                self.wraps.append(grid[:, tap, :, max(0, out_w - s_x) :])
+                self.wraps.append(grid[:, column::kw, :, max(0, out_w - s_x) :])
         self.weights = taps.reshape(channels, 1, count)
 
     def __call__(self, x: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
