@@ -15,7 +15,7 @@ from operator_harness import onnxruntime_run
 import onemodel.backends.convolution as convolution
 from onemodel import Session
 from onemodel.backends import KernelPaths
-from onemodel.backends.numpy_cpu import depthwise
+from onemodel.backends.numpy_cpu import channels_last_taps, depthwise, shifted_columns
 from onemodel.graph.importer import model_from_proto
 
 
@@ -289,18 +289,31 @@ GROUPED = [name for name in CASES if name.startswith(("depthwise", "grouped"))]
 
 
 @pytest.mark.parametrize("name", GROUPED)
-@pytest.mark.parametrize("layout", ["_gathered_columns", "_channel_planes", "_channels_last"])
+@pytest.mark.parametrize(
+    "layout", ["_gathered_columns", "_channel_planes", "channels last", "shifted columns"]
+)
 @pytest.mark.parametrize("chunk", [1 << 20, 1], ids=["one block", "a channel a block"])
 def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monkeypatch):
-    """Each layout on every case (the tap-by-tap ones take one output channel per input
-    channel), in one block of images or channels and in blocks of one."""
+    """Each layout on every case (the tap-by-tap and held ones take one output channel per
+    input channel, the shifted columns only phases that fit the output planes), in one block of
+    images or channels and in blocks of one."""
 
     def forced(geometry, strides, one_to_one):
+        if not layout.startswith("_"):  # a held form; the cases it does not take as they are
+            return chosen(geometry, strides, one_to_one)
         return getattr(depthwise, layout if one_to_one else "_gathered_columns")
 
+    chosen = depthwise.tap_layout
+    planes = 1 << 30 if layout == "channels last" else -1  # held_grouped's plane limits
+    monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", planes)
+    monkeypatch.setattr(depthwise, "WIDE_KERNEL_PIXELS", planes)
+    if layout.startswith("_"):
+        monkeypatch.setattr(depthwise, "fits_output_planes", lambda *shapes: False)
     monkeypatch.setattr(depthwise, "tap_layout", forced)
     monkeypatch.setattr(depthwise, "_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(channels_last_taps, "_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(depthwise, "_BLOCK_ELEMENTS", chunk)
+    monkeypatch.setattr(shifted_columns, "_BLOCK_ELEMENTS", chunk)
     x_shape, w_shape, strides, pads, dilations, group = CASES[name]
     rng = np.random.default_rng(len(name))
     x = rng.standard_normal(x_shape).astype(np.float32)

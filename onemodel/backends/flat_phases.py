@@ -7,9 +7,8 @@ into its sh·sw phases (rows and columns by residue modulo the stride) and each 
 flattened row by row, with cols = out_w + reach columns: tap (i, j) of every output position
 is then the same contiguous run of one phase at a shift, one long loop for all planes. The
 grid's last `reach` columns are slack that the caller's final copy drops. Shared by NumPy and
-CuPy (slicing and copies only): pooling reads these phases, and so does the depthwise
-convolution (numpy_cpu/depthwise.py), in this layout or channels last (`fill_phases` writes
-any view of the grids).
+CuPy (slicing and copies only): pooling reads these phases, and so do the depthwise
+convolution's planar layouts (numpy_cpu/depthwise.py).
 """
 
 from __future__ import annotations

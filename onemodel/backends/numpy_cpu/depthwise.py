@@ -1,33 +1,45 @@
 """Grouped 2-D convolution, depthwise (one input channel per group) above all.
 
 im2col through the shared path runs one tiny GEMM per group over columns copied window by
-window. Here the padded image is split into its stride phases and each phase flattened row
-by row into one contiguous run (backends/flat_phases.py, shared with pooling), with
-cols − out_w positions of slack per row that the final copy drops: tap (i, j) of every
-output position then reads one phase at a shift. Three layouts use that:
+window. A depthwise filter (one output channel per input channel) first gets a held form
+(`held_grouped`; a bound step keeps it, an unbound run makes it over its scratch), chosen
+by the output plane's size alone:
+
+- channels last (numpy_cpu/channels_last_taps.py) for planes of at most CHANNELS_LAST_PIXELS
+  outputs, and at unit strides up to WIDE_KERNEL_PIXELS for kernels of more than 9 taps: one
+  einsum sums every tap as a multiply-add over runs of out_w·C values, where the planar
+  forms pay per channel (a BLAS call, a loop per short row); two transposing copies;
+- shifted columns (numpy_cpu/shifted_columns.py) for larger planes whose stride phases fit
+  the output plane (the padding that keeps a plane or halves it): every tap's columns one
+  contiguous shifted run of x (or of its phases), one BLAS matrix-vector product per
+  channel straight into out, no padded copy and no crop.
+
+Everything else (a channel multiplier, groups of several channels, planes the phases do not
+fit) splits the padded image into its stride phases, each flattened row by row into one
+contiguous run (backends/flat_phases.py, shared with pooling), with cols − out_w positions
+of slack per row that the final copy drops, so that tap (i, j) of every output position reads
+one phase at a shift:
 
 - gathered columns (stride 1, a channel multiplier, or groups of several channels): a
   strided view of a phase's run is the row of columns of each of its taps, so one copy per
   phase gathers a block of groups' columns (channels, taps, out_h·cols), and one batched
   matmul by the weights (group, outputs per group, channels per group · taps) gives the
-  output: for depthwise a BLAS matrix-vector product per channel, reading each column once
-  with fused multiply-adds. (128 → 128 channels in 32 groups at 28×28 by 3×3: 0.31 ms
-  against the shared im2col's 0.37; 256 at 56×56: 2.49 against 3.56.)
-- channel planes (strided): tap by tap, a multiply by the weights as a (C, 1) column and an
-  add over all planes at once. NumPy has no fused multiply-add, so a 3×3 filter costs 17
-  passes where the columns cost 9 copies and one BLAS read; at stride 2 the outputs are a
-  quarter of the image, the passes run from cache and cost less than a BLAS call per
-  channel (144 channels at 56×56 by 3×3/2: 0.47 ms against 0.56 gathered).
-- channels last (strided, small planes): tap (i, j) shifts the run by (i·cols + j)·C, and
-  every tap's weights, repeated along the run into rows of about 8192 elements, make each
-  multiply one long contiguous loop (a 14×16 plane's rows are too short for NumPy's loops),
-  for a transposing copy in and one out.
+  output. (128 → 128 channels in 32 groups at 28×28 by 3×3: 0.31 ms against the shared
+  im2col's 0.37; 256 at 56×56: 2.49 against 3.56.)
+- channel planes (a strided depthwise filter): tap by tap, a multiply by the weights as a
+  (C, 1) column and an add over all planes at once (NumPy has no fused multiply-add ufunc:
+  2·taps − 1 passes).
 
-At stride 1 the columns measured (AMD EPYC, one thread, scratch held as a run holds it, a
-loaded machine; tap passes → columns): 672 channels at 14×14 by 5×5 1.38 → 0.95 ms, 240 at
-28×28 by 5×5 1.42 → 1.00, 384 at 14×14 by 3×3 0.31 → 0.22, 96 at 56×56 by 3×3 0.78 → 0.80.
-Every layout is bound by NumPy's passes over memory against onnxruntime's register-blocked
-kernel; tools/conv_floor.py times that floor (`rows --filter 'Conv dw'`).
+MobileNetV2/V3's and EfficientNet-B0's layers, one thread, AMD EPYC, each a one-node session
+against onnxruntime in the same run (before: gathered columns, channel planes and tap
+passes channels last; ms, onemodel/onnxruntime): 32 at 112×112 by 3×3 0.87 (4.1×) → 0.53
+(3.8×), 144 at 56×56 1.10 (3.9×) → 0.66 (3.6×), 96 at 112×112 by 3×3/2 1.21 (3.2×) → 0.88
+(2.8×), 384 at 14×14 0.25 (6.2×) → 0.16 (4.0×), 960 at 7×7 0.28 (9.5×) → 0.13 (4.8×), 672 at
+14×14 by 5×5 0.85 (7.9×) → 0.55 (5.8×), 1152 at 7×7 by 5×5 0.68 (15×) → 0.25 (6.2×). Every
+form is bound by NumPy's passes over memory against onnxruntime's register-blocked kernel;
+tools/conv_floor.py times that floor (`rows --filter 'Conv dw'`, `models NAME`): the shifted
+columns run 1.2–1.3× their floor at stride 1 (the copies and products themselves), strided
+forms pay the phase split's strided copies, and channels last its two transposes.
 """
 
 from __future__ import annotations
@@ -40,13 +52,16 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onemodel.backends.array_types import Scratch
-from onemodel.backends.flat_phases import PhaseGrid, fill_phases, flat_phases, phase_grid
+from onemodel.backends.flat_phases import PhaseGrid, flat_phases, phase_grid
+from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
+from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 
-# A strided filter whose planes (output rows × padded row length) have at most this many
-# elements goes channels last, tap by tap (see the module's docstring).
-CHANNELS_LAST_PLANE = 256
-# Elements per row of a channels-last tap's operands (a whole number of pixels).
-_ROW_ELEMENTS = 8192
+# A depthwise filter runs channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py)
+# over planes of at most CHANNELS_LAST_PIXELS outputs, and at unit strides a kernel of more
+# than 9 taps over planes of at most WIDE_KERNEL_PIXELS; larger planes take the shifted
+# columns (see the module docstring for the figures).
+CHANNELS_LAST_PIXELS = 256
+WIDE_KERNEL_PIXELS = 1024
 # Images go through a layout a few at a time, so that its operands stay in cache: all 8
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays 17 times tap by tap.
 _CHUNK_ELEMENTS = 1 << 19
@@ -74,6 +89,9 @@ def grouped_conv(
     kh·kw, each filter's channels then taps in row-major order) in G = C / (C/G) groups,
     leading `pads`, plus `bias` (M,) when given (in the final copy), all in one floating
     type."""
+    held = held_grouped(x.shape, taps, out.shape, kernel, strides, pads, dilations, allocate)
+    if held is not None and held(x, out, bias):
+        return
     geometry = phase_grid(tuple(out.shape[2:]), tuple(kernel), tuple(strides), tuple(dilations))
     window = (kernel, strides, pads, dilations)
     depthwise = out.shape[1] == x.shape[1] and taps.shape[1] == len(geometry.shifts)
@@ -83,6 +101,32 @@ def grouped_conv(
     for first in range(0, x.shape[0], step):
         images = slice(first, first + step)
         layout(x[images], taps, out[images], window, geometry, allocate, bias)
+
+
+def held_grouped(
+    x_shape: Sequence[int],
+    taps: np.ndarray,
+    out_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    allocate: Scratch | None = None,
+) -> ChannelsLastTaps | ShiftedColumns | None:
+    """The held form of a grouped convolution that has one (a bound step keeps it; an
+    unbound run makes it over its scratch): for a depthwise filter (one output channel per
+    input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS),
+    else columns shifted from its stride phases where they fit the output's planes."""
+    depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
+    if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
+        return None
+    window = (kernel, strides, pads, dilations)
+    wide = tuple(strides) == (1, 1) and taps.shape[1] > 9
+    if math.prod(out_shape[2:]) <= (WIDE_KERNEL_PIXELS if wide else CHANNELS_LAST_PIXELS):
+        return ChannelsLastTaps(x_shape, taps, out_shape, *window, allocate)
+    if fits_output_planes(x_shape, out_shape, *window):
+        return ShiftedColumns(x_shape, taps, out_shape, *window, allocate)
+    return None
 
 
 def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
@@ -97,11 +141,11 @@ def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
 
 def tap_layout(geometry: PhaseGrid, strides: tuple[int, int], depthwise: bool) -> Layout:
     """Gathered columns at stride 1 or unless each group is one input and one output
-    channel; a strided depthwise filter tap by tap, channels last over small planes (see
-    the module's docstring)."""
+    channel; a strided depthwise filter tap by tap over its channel planes (see the
+    module's docstring)."""
     if not depthwise or strides == (1, 1):
         return _gathered_columns
-    return _channels_last if geometry.span <= CHANNELS_LAST_PLANE else _channel_planes
+    return _channel_planes
 
 
 @functools.lru_cache(maxsize=256)
@@ -210,54 +254,3 @@ def _channel_planes(
         phases.crop(total, out)
     else:
         np.add(phases.kept(total), bias.reshape(-1, 1, 1), out=out)
-
-
-def _channels_last(
-    x: np.ndarray,
-    taps: np.ndarray,
-    out: np.ndarray,
-    window: tuple[Sequence[int], ...],
-    g: PhaseGrid,
-    allocate: Scratch,
-    bias: np.ndarray | None,
-) -> None:
-    """Phases (sh, sw, flat run): images one after another, each (rows·cols + slack, C). A
-    tap's run crosses from one image into the next only at positions the final copy drops,
-    so one multiply and one add per tap cover every image, in rows of `_ROW_ELEMENTS`."""
-    batch, channels = x.shape[:2]
-    _, strides, pads, _ = window
-    sh, sw = strides
-    (out_h, out_w), area = g.out_hw, g.rows * g.cols
-    image = g.length * channels  # one image's stretch of the run
-    row = max(1, _ROW_ELEMENTS // channels) * channels
-    count = -(-batch * image // row)  # rows of the accumulator, past the last image
-    reach = max(shift for _, _, shift in g.shifts) * channels
-    length = max(reach + count * row, batch * image)
-    phases = allocate((sh, sw, length), x.dtype)
-    phases[:, :, batch * image :] = 0
-    grids = (
-        phases[:, :, : batch * image]
-        .reshape(sh, sw, batch, image)[..., : area * channels]
-        .reshape(sh, sw, batch, g.rows, g.cols, channels)
-        .transpose(0, 1, 2, 5, 3, 4)
-    )
-    fill_phases(x, grids, strides, pads, 0)
-    weights = np.tile(taps.T, (1, row // channels))  # [tap, row of repeated channels]
-    total = allocate((count, row), x.dtype)
-    product = allocate((count, row), x.dtype)
-    for tap, (ry, rx, shift) in enumerate(g.shifts):
-        start = shift * channels
-        run = phases[ry, rx, start : start + count * row].reshape(count, row)
-        if tap == 0:
-            np.multiply(run, weights[tap], out=total)
-        else:
-            np.multiply(run, weights[tap], out=product)
-            np.add(total, product, out=total)
-    if bias is not None:
-        np.add(total, np.tile(bias, row // channels), out=total)
-    kept = (
-        total.reshape(-1)[: batch * image]
-        .reshape(batch, image)[:, : out_h * g.cols * channels]
-        .reshape(batch, out_h, g.cols, channels)[:, :, :out_w]
-    )
-    out[...] = kept.transpose(0, 3, 1, 2)

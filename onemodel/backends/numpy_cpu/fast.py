@@ -13,7 +13,7 @@ from onemodel.backends.array_kernels import ArrayKernels
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.convolution import conv_geometry
 from onemodel.backends.fp_errors import quiet
-from onemodel.backends.numpy_cpu.depthwise import grouped_conv, takes_grouped
+from onemodel.backends.numpy_cpu.depthwise import grouped_conv, held_grouped, takes_grouped
 from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
 from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool, pair_pool_fits
@@ -125,7 +125,12 @@ class NumpyKernels(ArrayKernels):
         """Im2col with held buffers (numpy_cpu/held_conv.py) for one group, where `_conv`
         would take im2col or a single GEMM: not a Winograd filter whose tiles fill its GEMMs,
         a bank of copied filters or `_shifted_conv`'s layers above `_SHIFTED_FROM` output
-        pixels."""
+        pixels; for several groups, a depthwise filter's held form (numpy_cpu/depthwise.py)."""
+        if group != 1:
+            if np.dtype(dtype) not in _GROUPED_TYPES or getattr(weights, "dtype", None) != dtype:
+                return None
+            taps = weights.reshape(out_shape[1], -1)
+            return held_grouped(x_shape, taps, out_shape, kernel, strides, pads, dilations)
         if isinstance(weights, PreparedConv):
             if weights.copies > 1 or (
                 all(s == 1 for s in strides)
