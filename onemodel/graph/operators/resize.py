@@ -38,6 +38,7 @@ import numpy as np
 
 from onemodel.backends.ieee_float32 import store as store_float
 from onemodel.backends.ieee_float32 import widen
+from onemodel.backends.pixel_doubling import double_last_axes, doubles_last_axes
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
@@ -131,6 +132,17 @@ class AxisTable:
     indices: np.ndarray
     weights: np.ndarray
     outside: np.ndarray | None
+
+
+def _doubling(tables: list[AxisTable], in_shape: Sequence[int], out_shape: Sequence[int]) -> bool:
+    """Whether nearest `tables` double the last two axes and nothing else (pixel_doubling)."""
+    if len(tables) != 2 or any(t.outside is not None and t.outside.any() for t in tables):
+        return False
+    by_axis = {t.axis: t.indices[:, 0] for t in tables}
+    rows, columns = by_axis.get(len(in_shape) - 2), by_axis.get(len(in_shape) - 1)
+    if rows is None or columns is None:
+        return False
+    return doubles_last_axes(in_shape, out_shape, rows, columns)
 
 
 def last_axis_early(tables: list[AxisTable], data: Array, out: Array) -> list[AxisTable]:
@@ -382,7 +394,13 @@ class InterpolationOp(Operator):
         except NeedsRunTimeValues:
             return None
         tables = self._ordered_tables(_Shaped(spec.shape), _Shaped(out.shape), targets, False)
-        if self.interpolation.mode == "nearest":
+        if self.interpolation.mode == "nearest" and _doubling(tables, spec.shape, out.shape):
+
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                if not double_last_axes(ctx.xp, inputs[0], outputs[0]):
+                    self.pick(ctx, inputs[0], tables, outputs[0])
+
+        elif self.interpolation.mode == "nearest":
 
             def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
                 self.pick(ctx, inputs[0], tables, outputs[0])
