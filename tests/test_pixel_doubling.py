@@ -19,20 +19,28 @@ def _doubled(x: np.ndarray) -> np.ndarray:
     return np.repeat(np.repeat(x, 2, axis=-2), 2, axis=-1)
 
 
+def _scratch(shape, dtype):
+    return np.full(shape, 0xA5, dtype)  # contents unspecified
+
+
+@pytest.mark.parametrize("host", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int16])
 @pytest.mark.parametrize("shape", [(1, 3, 5, 7), (2, 4, 1, 1), (6, 8, 9)])
-def test_the_moves_repeat_every_bit(dtype, shape):
+def test_the_moves_repeat_every_bit(host, dtype, shape):
     bits = RNG.integers(0, 256, (*shape, np.dtype(dtype).itemsize), dtype=np.uint8)
     x = bits.view(dtype).reshape(shape)  # every pattern: NaN payloads, -0, subnormals
     out = np.empty(_doubled(x).shape, dtype)
-    assert pixel_doubling.double_last_axes(np, x, out)
+    if host:
+        assert pixel_doubling.double_last_axes_host(x, out, _scratch)
+    else:
+        assert pixel_doubling.double_last_axes(np, x, out)
     assert out.tobytes() == _doubled(x).tobytes()
 
 
 def test_a_strided_output_and_input_and_the_types_it_leaves():
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)[:, ::2]  # channel-strided
     wide = np.full((1, 10, 12, 12), np.nan, np.float32)  # a Concat's output
-    assert pixel_doubling.double_last_axes(np, x, wide[:, 3:7])
+    assert pixel_doubling.double_last_axes_host(x, wide[:, 3:7], _scratch)  # the shared form
     np.testing.assert_array_equal(wide[:, 3:7], _doubled(x))
     assert np.isnan(wide[:, :3]).all() and np.isnan(wide[:, 7:]).all()
     wide64 = np.empty((1, 4, 12, 12))
@@ -77,13 +85,13 @@ def _resize_model(elem: int, opset: int, **attrs) -> bytes:
 )  # fmt: skip
 def test_resize_nearest_x2_takes_the_moves_and_matches_onnxruntime(monkeypatch, elem, opset, attrs):
     calls = []
-    real = pixel_doubling.double_last_axes
+    real = pixel_doubling.double_last_axes_host
 
     def spy(*args):
         calls.append(real(*args))
         return calls[-1]
 
-    monkeypatch.setattr("onemodel.graph.operators.resize.double_last_axes", spy)
+    monkeypatch.setattr("onemodel.backends.numpy_cpu.fast.double_last_axes_host", spy)
     model = _resize_model(elem, opset, **attrs)
     dtype = np.float32 if elem == TensorProto.FLOAT else np.uint8
     x = (RNG.standard_normal((1, 16, 20, 24)) * 50).astype(dtype)

@@ -21,6 +21,7 @@ from onemodel.backends.flat_phases import flat_phases
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import IeeeFloat32
 from onemodel.backends.lazy_module import LazyModule
+from onemodel.backends.pixel_doubling import double_last_axes
 from onemodel.backends.pooling import PoolGeometry, check_max_pool2d
 from onemodel.backends.protocol import BinaryOp, UnaryOp
 from onemodel.tensors import DType, Memory, Tensor, TensorError, TensorShapeError
@@ -268,6 +269,12 @@ class ArrayKernels(ConvolutionKernels):
         """out = data taken at `positions` along `axis`; the caller has checked every position
         to be in 0..extent−1."""
         self.xp.take(data, positions, axis=axis, out=out)
+
+    def double_last_axes_arrays(self, x: Any, out: Any, scratch: Scratch) -> bool:
+        """out = x with each element of its last two axes repeated twice along both, bits
+        unchanged (nearest ×2 upsampling, backends/pixel_doubling.py); False, having written
+        nothing, where the element type or layout does not allow it."""
+        return double_last_axes(self.xp, x, out)
 
     def held_pool(
         self,

@@ -152,6 +152,10 @@ class Kernels(Protocol):
     def take_arrays(self, data: Any, positions: Any, axis: int, out: Any) -> None:
         """out = data at `positions` along `axis`, positions already checked in range."""
 
+    def double_last_axes_arrays(self, x: Any, out: Any, scratch: Any) -> bool:
+        """out = x repeated twice along each of its last two axes, bits unchanged; False where
+        the type or layout does not allow it (Resize then gathers)."""
+
     def max_pool_arrays(
         self,
         x: Any,

@@ -33,6 +33,7 @@ from onemodel.backends.numpy_cpu.winograd_rows import (
     row_winograd_filter,
     row_winograd_fits,
 )
+from onemodel.backends.pixel_doubling import double_last_axes_host
 from onemodel.tensors import HOST
 
 _GROUPED_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -303,6 +304,10 @@ class NumpyKernels(ArrayKernels):
     def transpose_arrays(self, x: Any, perm: Sequence[int], out: Any) -> None:
         """Blocked for the cache (numpy_cpu/movement.py)."""
         transpose_copy(x, perm, out)
+
+    def double_last_axes_arrays(self, x: Any, out: Any, scratch: Scratch) -> bool:
+        """Through a contiguous buffer and whole-row moves (backends/pixel_doubling.py)."""
+        return double_last_axes_host(x, out, scratch)
 
     def take_arrays(self, data: Any, positions: Any, axis: int, out: Any) -> None:
         take_checked(data, positions, axis, out)

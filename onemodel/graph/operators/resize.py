@@ -38,7 +38,7 @@ import numpy as np
 
 from onemodel.backends.ieee_float32 import store as store_float
 from onemodel.backends.ieee_float32 import widen
-from onemodel.backends.pixel_doubling import double_last_axes, doubles_last_axes
+from onemodel.backends.pixel_doubling import doubles_last_axes
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.axes import INT64_ONLY, host_ints, normalize_axes
 from onemodel.graph.operators.base import (
@@ -397,7 +397,7 @@ class InterpolationOp(Operator):
         if self.interpolation.mode == "nearest" and _doubling(tables, spec.shape, out.shape):
 
             def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-                if not double_last_axes(ctx.xp, inputs[0], outputs[0]):
+                if not ctx.kernels.double_last_axes_arrays(inputs[0], outputs[0], ctx.scratch):
                     self.pick(ctx, inputs[0], tables, outputs[0])
 
         elif self.interpolation.mode == "nearest":
