@@ -153,7 +153,8 @@ def steps(x: np.ndarray, w: np.ndarray) -> Steps:
     )
     columns = band * per_row
     size = t * t * channels * columns
-    flat_d, flat_half, flat_v = (np.empty(size, np.float32) for _ in range(3))
+    # zeros, not empty: a check compares whole arrays of which one band is written
+    flat_d, flat_half, flat_v = (np.zeros(size, np.float32) for _ in range(3))
     tmp = np.empty((2, t * channels * columns), np.float32)
     sparse = _sparse_bt(m)
 
@@ -221,7 +222,7 @@ def steps(x: np.ndarray, w: np.ndarray) -> Steps:
             y = flat_y[: t * t * filters * n].reshape(t * t, filters, n)
             np.matmul(u, part(flat_v, n, t * t, channels, n), out=y)
 
-    out = np.empty((batch, filters, rows * m, cols * m), np.float32)
+    out = np.zeros((batch, filters, rows * m, cols * m), np.float32)
     blocks = out.reshape(batch, filters, rows, m, cols, m)
     kron = np.kron(at, at)
 
