@@ -76,6 +76,12 @@ CASES = {
     "3d/2": ((2, 2, 7, 6, 5), (3, (2, 2, 2)), {"strides": [2, 2, 2]}),
     "wide rows in bands": ((1, 4, 130, 130), (8, (3, 3)), {"pads": [1] * 4}),
     "3x3/2 rows past the grid": ((2, 4, 70, 69), (5, (3, 3)), {"strides": [2, 2], "pads": [1] * 4}),
+    "3x3/2, 16 channels: wide rows on the grid": (
+        (1, 16, 80, 70),
+        (8, (3, 3)),
+        {"strides": [2, 2], "pads": [1] * 4},
+    ),
+    "3x3, 16 channels: wide rows on the grid": ((2, 16, 20, 45), (6, (3, 3)), {"pads": [1] * 4}),
     "3x3/2 dilated 2, rows past the grid": (
         (1, 3, 72, 72),
         (4, (3, 3)),

@@ -14,8 +14,8 @@ A 2-D convolution holds its input split by stride phase (one phase at unit strid
 P[n, c, py, px, h, w] = padded[n, c, h·sy + py, w·sx + px]: then every tap reads a contiguous
 run of each output row rather than every s-th value (the ResNet stem's 7×7/2 columns from
 3 × 224 × 224: 0.26 ms against 0.68 ms from stride-2 windows, AMD EPYC, 1 thread), and rows
-up to `_WIDE_GRID_WIDTH` are computed on a grid as wide as a phase's plane, where each tap's
-columns are one run (`HeldConv._phased`).
+up to `_WIDE_GRID_WIDTH` (or of `_WIDE_GRID_CHANNELS` input channels or more) are computed on
+a grid as wide as a phase's plane, where each tap's columns are one run (`HeldConv._phased`).
 
 The buffers belong to the run state that bound the step; run states are never shared by
 concurrent runs (onemodel/graph/run_state.py). An unbound run makes the same computation
@@ -38,8 +38,13 @@ _BLAS_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 # the GEMM (the stem, 1 thread: 1.68 ms a run in bands of 2^19 elements, 1.92 ms at 2^18,
 # 2.09 ms at 2^17), large enough for efficient GEMMs.
 _BAND_ELEMENTS = 1 << 19
-# The widest output rows a 2-D convolution computes on the wide grid (`HeldConv._phased`).
+# The widest output rows a 2-D convolution computes on the wide grid (`HeldConv._phased`),
+# whatever its channels; from this many input channels, any rows (their columns, C·kh·kw rows
+# each, then outweigh the crop of M output rows: 16 -> 32 by 3x3/2 to 80x80 0.97x the
+# copied rows' time, 32 -> 64 to 40x40 0.92x, 64 -> 16 by 3x3 at 80x80 0.94x; 3 -> 32 by 3x3/2
+# to 112x112 1.19x, the ResNet stem 1.02x).
 _WIDE_GRID_WIDTH = 32
+_WIDE_GRID_CHANNELS = 16
 
 
 def held_conv(
@@ -159,15 +164,16 @@ class HeldConv:
     ) -> None:
         """2-D, from the phase buffer: per task one copy for each set of taps that read one
         stride phase at evenly spaced rows and columns (`_tap_groups`; one copy at unit
-        strides). Output rows up to `_WIDE_GRID_WIDTH` wide are computed on a grid as wide as
-        a phase's plane, so each tap's columns are one contiguous run of the plane rather than
-        a copy loop over short rows; the GEMM fills the grid and the run crops it into out,
-        adding the bias. Wider rows are copied as they are (the crop then costs more than it
-        saves: the stem 1.53 against 1.38 ms on the grid)."""
+        strides). Output rows up to `_WIDE_GRID_WIDTH` wide, or of `_WIDE_GRID_CHANNELS` input
+        channels or more, are computed on a grid as wide as a phase's plane, so each tap's
+        columns are one contiguous run of the plane rather than a copy loop over short rows;
+        the GEMM fills the grid and the run crops it into out, adding the bias. Other rows are
+        copied as they are (the crop then costs more than it saves: the stem 1.53 against 1.38
+        ms on the grid)."""
         batch, channels = x_shape[:2]
         out_h, out_w = out_spatial
         heights = [-(-r // s) for r, s in zip(reach, strides, strict=True)]
-        wide = out_w <= _WIDE_GRID_WIDTH
+        wide = out_w <= _WIDE_GRID_WIDTH or channels >= _WIDE_GRID_CHANNELS
         # On the grid, the last tap's run ends past the plane's last row by its column offset.
         plane = (heights[0] + wide, heights[1])
         held = self._phase_buffer(x_shape, plane, kept, kernel, strides, pads, dilations)
