@@ -236,7 +236,7 @@ def test_vision_export(family: str, tmp_path: Path, record_property: Callable) -
     size = rx.VISION_SIZES.get(family, 64)
     path = rx.export_vision(family, tmp_path, size)
     feeds = {"images": np.random.default_rng(0).standard_normal((1, 3, size, size), np.float32)}
-    if family == "ssdlite-detection":
+    if family in ("ssdlite-detection", "fasterrcnn-detection"):
         _detections_match(path, feeds)
     else:
         record_property(MAX_DIFFERENCE, _matches_onnxruntime(path, feeds))
@@ -262,6 +262,16 @@ def test_float16_vision_export(family: str, tmp_path: Path, record_property: Cal
     record_property("default_max_abs_difference", _compare(typed, want, names, {"atol": np.inf}))
 
 
+def _detection_outputs(outputs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes, scores, labels) by type and shape: SSD lists them in that order, Faster R-CNN
+    as boxes, labels, scores."""
+    arrays = [np.asarray(a) for a in outputs]
+    boxes = next(a for a in arrays if a.ndim == 2 and a.shape[-1] == 4)
+    labels = next(a for a in arrays if a.dtype.kind in "iu")
+    scores = next(a for a in arrays if a.ndim == 1 and a.dtype.kind == "f")
+    return boxes, scores, labels
+
+
 def _detections_match(path: Path, feeds: dict[str, np.ndarray]) -> None:
     """A random detector scores thousands of anchors within float32 rounding of each other,
     so TopK and NMS may keep other members of a tie than onnxruntime does, and the kept sets
@@ -279,8 +289,8 @@ def _detections_match(path: Path, feeds: dict[str, np.ndarray]) -> None:
     want = reference.run(None, feeds)
     got = onemodel.Session.load(str(probed)).run(None, feeds)
     _compare(got[3:], want[3:], names[3:], STRICT)
-    boxes, scores, labels = got[:3]
-    want_boxes, want_scores, want_labels = want[:3]
+    boxes, scores, labels = _detection_outputs(got[:3])
+    want_boxes, want_scores, want_labels = _detection_outputs(want[:3])
     assert boxes.shape == want_boxes.shape and labels.dtype == want_labels.dtype
     best, want_best = int(np.argmax(scores)), int(np.argmax(want_scores))
     np.testing.assert_allclose(scores[best], want_scores[want_best], **STRICT)
