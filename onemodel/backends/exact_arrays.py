@@ -72,8 +72,16 @@ def _reduced_first(xp: Any, x: Array, axes: Sequence[int]) -> Array:
 
 def ordered_sum(xp: Any, x: Array, axes: Sequence[int]) -> Array:
     """Σ over `axes` in float64, adding the reduced positions in row-major order from +0; the
-    shape is x's without `axes`."""
+    shape is x's without `axes`.
+
+    On the host np.add.accumulate adds row after row by definition, whatever order its loops
+    take (a plain reduce may go pairwise along a contiguous axis), for one pass instead of a
+    Python step a row (MobileNetV3's squeeze-excite means over 28×28: 0.6 ms → 0.05); it starts
+    from the first row rather than +0, which differs only where every row is −0: + 0.0 then
+    gives the +0 that adding them to +0 gives (a sum from +0 is never −0 otherwise)."""
     rows = _reduced_first(xp, wide(xp, x), axes)
+    if xp is np and rows.shape[0] > 1:
+        return np.add.accumulate(rows, axis=0)[-1] + 0.0
     total = xp.zeros(rows.shape[1:], dtype=xp.float64)
     for row in range(rows.shape[0]):
         total += rows[row]
