@@ -234,3 +234,30 @@ def test_both_directions_make_one_directions_calls_per_step(kind: str) -> None:
 )
 def test_which_loop_for_both_directions(kind: str, hidden: int, joins: bool) -> None:
     assert _cells(kind).joins(hidden, 4) is joins
+
+
+@pytest.mark.parametrize("walk", WALKS)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU1"])
+def test_a_warm_run_keeps_its_walk_and_follows_new_inputs(
+    kind: str, walk: str, monkeypatch
+) -> None:
+    """A run handed the last run's scratch arrays (as a run state hands them) reuses that
+    run's per-step views (`held_walk`); fresh arrays get a walk of their own. Either way the
+    results are those of this run's inputs."""
+    batch = _walk(monkeypatch, walk)
+    cells = _cells(kind)
+    x, w, r, wb, rb, h0, c0 = _layer(kind, batch, 5, seed=3)
+    weights = cells.prepare(np, w, r, wb, rb)
+    pool: dict[tuple, np.ndarray] = {}
+
+    def kept(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        return pool.setdefault((shape, np.dtype(dtype).str), _scratch(shape, dtype))
+
+    walks = []
+    for scratch, inputs in ((kept, x), (kept, x[::-1].copy()), (_scratch, x + 1)):
+        y = np.empty((STEPS, batch, HIDDEN), np.float32)
+        cells.run(np, inputs, weights, [h0, c0][: cells.states], y, True, scratch)
+        walks.append(weights.last_walk)
+        want_y, _, _ = _oracle(kind, inputs, w, r, wb, rb, h0, c0, backward=True)
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6)
+    assert walks[0] is walks[1] and walks[2] is not walks[1]
