@@ -501,3 +501,90 @@ def test_constant_weights_are_prepared_once_and_match_onnxruntime(
         ]
     for ours, theirs in zip(results[1], expected, strict=True):
         assert_same(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+# -- a bidirectional layer over one batch entry: both directions in one loop ------------------
+
+
+def _bidirectional_layer(op: str, lbr: int, batch: int, outputs: list[str], options: set[str]):
+    """A bidirectional one-node model of hidden 6 over 7 steps; `options`: "constant" (W, R, B
+    as initializers, prepared once per plan), "initial" (h0 and c0 given), "lengths" (every
+    entry's sequence_lens the full length)."""
+    rng = np.random.default_rng(batch + 2 * lbr + 4 * len(options))
+    steps, size, hidden, gates = 7, 5, 6, GATES[op]
+
+    def normal(*shape: int, scale: float = 0.5) -> np.ndarray:
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    values = {
+        "x": normal(steps, batch, size, scale=1.0),
+        "w": normal(2, gates * hidden, size),
+        "r": normal(2, gates * hidden, hidden),
+        "b": normal(2, 2 * gates * hidden),
+    }
+    names = ["x", "w", "r", "b", "", "", ""][: 6 + (op == "LSTM")]
+    if "lengths" in options:
+        values["lens"], names[4] = np.full(batch, steps, np.int32), "lens"
+    if "initial" in options:
+        for index, name in enumerate(["h0", "c0"][: STATE_OUTPUTS[op]]):
+            values[name], names[5 + index] = normal(2, batch, hidden), name
+    attributes: dict[str, Any] = {"hidden_size": hidden, "direction": "bidirectional"}
+    if op == "GRU":
+        attributes["linear_before_reset"] = lbr
+    constants = {"w", "r", "b"} if "constant" in options else set()
+    feeds = {n: v for n, v in values.items() if n not in constants}
+    dtype = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
+    graph = helper.make_graph(
+        [helper.make_node(op, names, outputs, **attributes)],
+        "bidirectional",
+        [helper.make_tensor_value_info(n, dtype[v.dtype], v.shape) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs if n],
+        [numpy_helper.from_array(values[n], n) for n in sorted(constants)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model, feeds
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"constant"}, {"constant", "initial"}, {"constant", "initial", "lengths"}, {"initial"}],
+    ids=lambda options: "+".join(sorted(options)),
+)
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(
+    ("op", "lbr", "outputs"),
+    [
+        (op, lbr, outputs)
+        for op, lbr in [("LSTM", 0), ("GRU", 0), ("GRU", 1), ("RNN", 0)]
+        for outputs in [["y", "y_h", "y_c"], ["y"], ["", "y_h"], ["", "", "y_c"]]
+        if len(outputs) <= 1 + STATE_OUTPUTS[op]
+    ]
+    + [(op, 0, ["y", "y_h"]) for op in ("GRU", "RNN")],
+    ids=lambda value: "-".join(value) if isinstance(value, list) else str(value),
+)
+def test_bidirectional_one_entry_in_one_loop_matches_onnxruntime(
+    op: str, lbr: int, batch: int, outputs: list[str], options: set[str], monkeypatch
+) -> None:
+    """One batch entry runs both directions in one loop (`Cells.run_both`), a batch one loop
+    per direction; either way onnxruntime's results, whichever outputs are asked for."""
+    import onnxruntime
+
+    from onemodel.backends import recurrent
+
+    joint = []
+    original = recurrent.Cells.run_both
+    monkeypatch.setattr(
+        recurrent.Cells, "run_both", lambda self, *args: joint.append(1) or original(self, *args)
+    )
+    model, feeds = _bidirectional_layer(op, lbr, batch, outputs, options)
+    ours = Session.create(model_from_proto(model), SessionOptions()).run(None, feeds)
+    assert len(joint) == (batch == 1)
+    full = [name or f"unnamed{k}" for k, name in enumerate(["y", "y_h", "y_c"][: len(outputs)])]
+    oracle_model, _ = _bidirectional_layer(op, lbr, batch, full, options)
+    theirs = onnxruntime.InferenceSession(
+        oracle_model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
+    wanted = [theirs[k] for k, name in enumerate(outputs) if name]
+    for result, expected in zip(ours, wanted, strict=True):
+        assert_same(result, expected, rtol=1e-5, atol=1e-6)

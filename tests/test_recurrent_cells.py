@@ -178,3 +178,86 @@ def test_calls_per_step(kind: str, walk: str, monkeypatch) -> None:
 )
 def test_which_walk(kind: str, batch: int, size: int, hidden: int, projected: bool) -> None:
     assert _cells(kind).projects(batch, size, hidden) is projected
+
+
+# -- both directions of one batch entry in one loop (`Cells.run_both`) ------------------------
+
+
+def _both(kind: str, size: int, seed: int):
+    """x [T, 1, I] and each direction's own weights and initial states, prepared as the
+    joint loop takes them."""
+    cells = _cells(kind)
+    layers = [_layer(kind, 1, size, seed=seed + d) for d in range(2)]
+    x = layers[0][0]
+    directions = tuple(cells.prepare(np, *layer[1:5]) for layer in layers)
+    joint = recurrent.LayerWeights(cells, directions).joint
+    initial = [[layer[5], layer[6]][: cells.states] for layer in layers]
+    return cells, x, layers, joint, initial
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("kind", ["LSTM", "RNN", "GRU0", "GRU1"])
+def test_both_directions_in_one_loop_follow_the_onnx_equations(kind: str, size: int) -> None:
+    cells, x, layers, joint, initial = _both(kind, size, seed=20 + size)
+    y = np.empty((STEPS, 2, 1, HIDDEN), np.float32)
+    finals = cells.run_both(np, x, joint, initial, y, _scratch)
+    for d, layer in enumerate(layers):
+        want_y, want_h, want_c = _oracle(kind, x, *layer[1:], backward=d == 1)
+        np.testing.assert_allclose(y[:, d], want_y, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(finals[d][0], want_h, rtol=1e-5, atol=1e-6)
+        if kind == "LSTM":
+            np.testing.assert_allclose(finals[d][1], want_c, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "RNN", "GRU0", "GRU1"])
+def test_both_directions_make_one_directions_calls_per_step(kind: str) -> None:
+    """A step of the joint loop is one direction's: one stacked `matmul` per product (after
+    one projection GEMM per direction) and the same ufunc calls, on blocks twice as long."""
+    cells, x, _, joint, initial = _both(kind, 5, seed=0)
+    xp = _Counting()
+    cells.run_both(xp, x, joint, initial, None, _scratch)
+    one, _, ufuncs = PER_STEP[kind]
+    assert (xp.calls["matmul"], xp.calls["dot"]) == (2 + one * STEPS, 0)
+    elementwise = sum(xp.calls[name] for name in ("add", "subtract", "multiply", "tanh"))
+    assert elementwise == ufuncs * STEPS
+
+
+@pytest.mark.parametrize(
+    ("kind", "hidden", "joins"),
+    [
+        ("LSTM", 128, True),  # the CRNN's layers: 512 KiB of recurrence matrices
+        ("LSTM", 256, False),  # 2 MiB: a loop per direction keeps its own in L2
+        ("GRU1", 192, True),
+        ("GRU1", 256, False),
+        ("RNN", 256, True),
+    ],
+)
+def test_which_loop_for_both_directions(kind: str, hidden: int, joins: bool) -> None:
+    assert _cells(kind).joins(hidden, 4) is joins
+
+
+@pytest.mark.parametrize("walk", WALKS)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU1"])
+def test_a_warm_run_keeps_its_walk_and_follows_new_inputs(
+    kind: str, walk: str, monkeypatch
+) -> None:
+    """A run handed the last run's scratch arrays (as a run state hands them) reuses that
+    run's per-step views (`held_walk`); fresh arrays get a walk of their own. Either way the
+    results are those of this run's inputs."""
+    batch = _walk(monkeypatch, walk)
+    cells = _cells(kind)
+    x, w, r, wb, rb, h0, c0 = _layer(kind, batch, 5, seed=3)
+    weights = cells.prepare(np, w, r, wb, rb)
+    pool: dict[tuple, np.ndarray] = {}
+
+    def kept(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        return pool.setdefault((shape, np.dtype(dtype).str), _scratch(shape, dtype))
+
+    walks = []
+    for scratch, inputs in ((kept, x), (kept, x[::-1].copy()), (_scratch, x + 1)):
+        y = np.empty((STEPS, batch, HIDDEN), np.float32)
+        cells.run(np, inputs, weights, [h0, c0][: cells.states], y, True, scratch)
+        walks.append(weights.last_walk)
+        want_y, _, _ = _oracle(kind, inputs, w, r, wb, rb, h0, c0, backward=True)
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6)
+    assert walks[0] is walks[1] and walks[2] is not walks[1]

@@ -1,21 +1,26 @@
 """What bounds the fast LSTM and GRU loops on NumPy: a step's matrix product and its ufunc
 calls against onnxruntime's whole node, timed side by side (thread CPU time, runs in turn).
 
-    python tools/recurrent_floor.py [REGEX]   (of bench ops' LSTM and GRU layer cases)
+    python tools/recurrent_floor.py [REGEX]   (of bench ops' LSTM and GRU layer cases, and
+                                               the CRNN OCR model's layer shape)
 
 A step of backends/recurrent.py is one or a few BLAS products (a gemv h·R for one batch
 entry; for a batch GEMMs M·H, over the column [x_t; 1; h] unless the input is projected) and a
 fixed number of ufunc calls (LSTM 8, GRU with linear_before_reset 10; one fewer where the
 products add the input projection), each on a few hundred to a few thousand elements, so each
-costs about its call overhead. The rows printed per case are onnxruntime's node, onemodel's
-session, the fused cells alone (no session), the products alone on held buffers (with the
-projection GEMM where there is one: what NumPy's BLAS needs at best) and the cells with
-their products skipped (the ufunc calls, the loop and its set-up): products + calls is the
+costs about its call overhead. A bidirectional layer over one batch entry whose recurrence
+matrices fit `recurrent.JOINT_BYTES` runs both directions in one loop (`Cells.run_both`): a
+step is then one stacked `matmul` per product and one direction's ufunc calls. The rows
+printed per case are onnxruntime's node, onemodel's session, the fused cells alone (no
+session), the products alone on held buffers (with the projection GEMM where there is one:
+what NumPy's BLAS needs at best) and the cells with their products skipped (the ufunc calls,
+the loop and its set-up): products + calls is the
 floor of that call sequence.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 
@@ -26,6 +31,31 @@ from onemodel import bench_ops
 from onemodel.backends import recurrent
 
 PRODUCTS = ("dot", "matmul")
+
+
+def _crnn_cases() -> list[bench_ops.OpCase]:
+    """The bidirectional layers of the bench set's CRNN OCR model (crnn_ocr.onnx: T = 32, one
+    entry, 256 inputs, 128 hidden units), and a GRU of the same shape."""
+    cases = []
+    for op, gates in (("LSTM", 4), ("GRU", 3)):
+        attrs = {"hidden_size": 128, "direction": "bidirectional"}
+        if op == "GRU":
+            attrs["linear_before_reset"] = 1
+        cases.append(
+            bench_ops.OpCase(
+                f"{op} T32 I256 H128 bidirectional b1 (CRNN)",
+                "layer",
+                op,
+                [bench_ops.Input((32, 1, 256))],
+                attrs,
+                {
+                    "W": bench_ops._weight(2, gates * 128, 256),
+                    "R": bench_ops._weight(2, gates * 128, 128),
+                    "B": bench_ops._weight(2, 2 * gates * 128),
+                },
+            )
+        )
+    return cases
 
 
 class _Skipping:
@@ -58,6 +88,9 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
     y = np.zeros((steps, directions, batch, hidden), np.float32)
     initial = [np.zeros((batch, hidden), np.float32)] * cells.states
     pool: dict[tuple, np.ndarray] = {}
+    joint = None  # both directions in one loop, as the fast backend runs them here
+    if directions == 2 and batch == 1 and cells.joins(hidden, 4):
+        joint = recurrent.LayerWeights(cells, tuple(weights)).joint
 
     def scratch(shape: tuple[int, ...], dtype: object) -> np.ndarray:
         # zeros: a skipped call leaves its output as it was, and subnormals would slow BLAS
@@ -65,6 +98,9 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
 
     def fused(xp: object) -> object:
         def run() -> None:
+            if joint is not None:
+                cells.run_both(xp, x, joint, [initial] * 2, y, scratch)
+                return
             for d in range(directions):
                 cells.run(xp, x, weights[d], initial, y[:, d], d == 1, scratch)
 
@@ -92,6 +128,14 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
         columns = [m for weight in weights for m in weight.columns]
         each = [held(m, np.ones((m.shape[1], batch), np.float32)) for m in columns]
 
+    if joint is not None:  # a step's products: one matmul of a stack per product
+        operand = np.ones((1, 2, 1, hidden + cells.ones_row), np.float32)
+        call = np.matmul
+        each = [
+            (operand[..., : m.shape[2]], m, np.empty((m.shape[0], 2, 1, hidden), np.float32))
+            for m in joint.rows
+        ]
+
     def products() -> None:
         if extended is not None:
             for weight in weights:
@@ -104,7 +148,11 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
 
 
 def main(pattern: str = "") -> None:
-    for case in bench_ops.selected(("layer",), pattern):
+    wanted = re.compile(pattern, re.IGNORECASE)
+    cases = bench_ops.selected(("layer",), pattern) + [
+        case for case in _crnn_cases() if wanted.search(case.name)
+    ]
+    for case in cases:
         if case.op not in ("LSTM", "GRU"):
             continue
         ours, theirs = bench_ops._sessions(case)

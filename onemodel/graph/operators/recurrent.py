@@ -305,7 +305,7 @@ class Recurrent(PreparesConstants):
         ):
             return None
         cast = _Cast(ctx.xp.float64 if constants[_W].dtype == ctx.xp.float64 else ctx.xp.float32)
-        return tuple(self._cell_weights(ctx.xp, constants, d, cast) for d in range(self.directions))
+        return self._layer_weights(ctx.xp, constants, cast)
 
     def _exact_weights(
         self, ctx: RunContext, constants: Sequence[Array | None]
@@ -341,6 +341,12 @@ class Recurrent(PreparesConstants):
     def _named(self, index: int) -> bool:
         """Whether the node names input `index` (an optional input may be left out)."""
         return index < len(self.node.inputs) and bool(self.node.inputs[index])
+
+    def _layer_weights(
+        self, xp: Any, inputs: Sequence[Array | None], cast: Callable[[Array], Array]
+    ) -> recurrent_cells.LayerWeights:
+        directions = tuple(self._cell_weights(xp, inputs, d, cast) for d in range(self.directions))
+        return recurrent_cells.LayerWeights(self.cells, directions)
 
     def _cell_weights(
         self, xp: Any, inputs: Sequence[Array | None], d: int, cast: Callable[[Array], Array]
@@ -379,8 +385,18 @@ class Recurrent(PreparesConstants):
             and (lengths is None or not lengths.size or int(lengths.min()) == x.shape[0])
         )
         with quiet():
+            # Both directions of one batch entry in one loop (`Cells.run_both`).
+            joint = (
+                fused
+                and self.directions == 2
+                and x.shape[1] == 1
+                and self.cells.joins(inputs[_R].shape[2], x.dtype.itemsize)
+            )
+            both = self._run_fused_both(ctx, prepared, inputs, x, y, cast) if joint else None
             for d in range(self.directions):
-                if fused:
+                if both is not None:
+                    state = both[d]
+                elif fused:
                     state = self._run_fused(ctx, prepared, inputs, x, d, y, cast)
                 else:
                     exact = prepared[d] if ctx.exact and prepared is not None else None
@@ -489,7 +505,11 @@ class Recurrent(PreparesConstants):
         """Direction d by the fused cells, from the prepared weights (or weights prepared now
         when they are not constants)."""
         xp = ctx.xp
-        weights = prepared[d] if prepared is not None else self._cell_weights(xp, inputs, d, cast)
+        weights = (
+            prepared.directions[d]
+            if prepared is not None
+            else self._cell_weights(xp, inputs, d, cast)
+        )
         batch, hidden = x.shape[1], inputs[_R].shape[2]
         initial = [
             self._initial(xp, _optional(inputs, index), d, batch, hidden, cast, x.dtype)
@@ -498,6 +518,29 @@ class Recurrent(PreparesConstants):
         backward = self.reverse or d == 1
         target = None if y is None else y[:, d]
         return self.cells.run(xp, x, weights, initial, target, backward, ctx.scratch)
+
+    def _run_fused_both(
+        self,
+        ctx: RunContext,
+        prepared: Any,
+        inputs: Sequence[Array | None],
+        x: Array,
+        y: Array | None,
+        cast: Callable[[Array], Array],
+    ) -> tuple[tuple[Array, ...], ...]:
+        """Both directions over one batch entry in one loop (`Cells.run_both`), writing y
+        [T, 2, 1, H] when wanted; returns each direction's final states."""
+        xp = ctx.xp
+        layer = prepared if prepared is not None else self._layer_weights(xp, inputs, cast)
+        hidden = inputs[_R].shape[2]
+        initial = [
+            [
+                self._initial(xp, _optional(inputs, index), d, 1, hidden, cast, x.dtype)
+                for index in (_INITIAL_H, _INITIAL_C)[: self.states]
+            ]
+            for d in range(2)
+        ]
+        return self.cells.run_both(xp, x, layer.joint, initial, y, ctx.scratch)
 
     def _lengths(self, lengths: Array | None, steps: int) -> Array | None:
         """Per batch entry as a [B, 1] column; refused outside [0, seq_length]."""
