@@ -132,7 +132,9 @@ def matmul(xp: Any, a: Array | ExactOperand, b: Array | ExactOperand, out: Array
         for start in range(0, approx.shape[0], step):  # blocks that stay in the cache
             part = slice(start, min(start + step, approx.shape[0]))
             batch_cols = col_bounds  # one batch, or each row's own batch's column bounds
-            if col_bounds.shape[0] > 1:
+            if col_bounds.shape[0] > 1 and rows == 1:  # a row per batch (depthwise): a view
+                batch_cols = col_bounds[part]
+            elif col_bounds.shape[0] > 1:
                 batch_cols = col_bounds[xp.arange(part.start, part.stop) // rows]
             radius = row_bounds[part] * batch_cols
             if enclosed:
