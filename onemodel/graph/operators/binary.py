@@ -149,7 +149,8 @@ class BinaryUfunc(ElementwiseBinary):
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
         """A small output: the ufunc itself, straight into out (as `run` calls it), a constant
-        operand that would broadcast made full once (`held_operand`)."""
+        operand that would broadcast made full once (`held_operand`), out given by position
+        (60 ns less a call than by keyword in NumPy 2.4)."""
         if not self.plain or math.prod(step.outputs[0].shape) > ROW_BUFFER_ABOVE:
             return None
         if type(self).run is not BinaryUfunc.run:  # a subclass decides more per run
@@ -161,14 +162,14 @@ class BinaryUfunc(ElementwiseBinary):
             held = held_operand(ctx.xp, second, shape)
 
             def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-                ufunc(inputs[0], held, out=outputs[0])
+                ufunc(inputs[0], held, outputs[0])
 
             return call
         if second is None and first is not None:
             held = held_operand(ctx.xp, first, shape)
 
             def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-                ufunc(held, inputs[1], out=outputs[0])
+                ufunc(held, inputs[1], outputs[0])
 
             return call
 
