@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onemodel
 from onemodel import ErrorKind, SessionError
+from onemodel.backends.broadcasting import held_operand
 from onemodel.bench_graphs import vad_stream_inputs, vad_stream_model
 from onemodel.graph.run_state import RunState
 
@@ -195,3 +196,49 @@ def test_a_bound_gather_of_run_time_indices_wraps_negatives_and_refuses_by_name(
             fast.run(None, {"ids": np.array([[0, bad, 1], [2, 3, 4]], np.int64)})
         assert raised.value.kind is ErrorKind.INVALID_INPUT
         assert "embed" in str(raised.value) and str(bad) in str(raised.value)
+
+
+def test_a_constant_operand_that_broadcasts_is_held_full_once() -> None:
+    bias = np.arange(64, dtype=np.float32)
+    held = held_operand(np, bias, (2, 7, 64))
+    assert held.shape == (2, 7, 64) and held.flags.c_contiguous
+    np.testing.assert_array_equal(held, np.broadcast_to(bias, (2, 7, 64)))
+    full = np.ones((2, 7, 64), np.float32)
+    single = np.array([2.0], np.float32)
+    assert held_operand(np, full, (2, 7, 64)) is full  # nothing to broadcast
+    assert held_operand(np, single, (2, 7, 64)) is single  # NumPy takes it as a scalar
+    assert held_operand(np, bias, (512, 64)) is bias  # above ROW_BUFFER_ABOVE elements
+
+
+def _constant_operands() -> bytes:
+    """Add, Sub, Mul and Gemm with constant operands that broadcast either way round."""
+    rng = np.random.default_rng(9)
+
+    def weight(name: str, shape: tuple[int, ...]) -> object:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Add", ["bias", "x"], ["a"]),
+        helper.make_node("Sub", ["a", "column"], ["s"]),
+        helper.make_node("Mul", ["s", "row"], ["m"]),
+        helper.make_node("Gemm", ["m", "w", "c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "constants",
+        [helper.make_tensor_value_info("x", F, [3, 16])],
+        [helper.make_tensor_value_info("y", F, [3, 8])],
+        [weight("bias", (16,)), weight("column", (3, 1)), weight("row", (1, 16)),
+         weight("w", (16, 8)), weight("c", (8,))],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_held_constant_operands_give_the_unbound_bits() -> None:
+    model = _constant_operands()
+    fast, unbound = _sessions(model.SerializeToString())
+    x = np.random.default_rng(10).standard_normal((3, 16)).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    _assert_same_bits(fast, unbound, {"x": x})
+    _assert_same_bits(fast, unbound, {"x": x[::-1].copy()})  # the held arrays are not written
+    assert _bound_count(fast) >= 1

@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onemodel
-from onemodel.backends.numpy_cpu.held_conv import held_conv
+from onemodel.backends.numpy_cpu.channels_last_conv import ChannelsLastConv
+from onemodel.backends.numpy_cpu.held_conv import HeldConv, held_conv
 from onemodel.graph.run_state import RunState
 
 F = TensorProto.FLOAT
@@ -72,6 +73,15 @@ CASES = {
     "same upper /2": ((1, 3, 9, 10), (4, (3, 3)), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     "same lower": ((2, 3, 9, 10), (4, (4, 4)), {"auto_pad": "SAME_LOWER"}),
     "valid, x past the windows": ((1, 3, 10, 10), (4, (3, 3)), {"strides": [2, 2]}),
+    # Small planes, runs of kw·C >= 48 values: channels last (numpy_cpu/channels_last_conv.py).
+    "channels last 3x3 b2": ((2, 32, 8, 8), (32, (3, 3)), {"pads": [1, 1, 1, 1]}),
+    "channels last 3x2 strides 2,1 dilated rows": (
+        (1, 24, 9, 11),
+        (8, (3, 2)),
+        {"strides": [2, 1], "dilations": [2, 1], "pads": [1, 0, 2, 1]},
+    ),
+    "channels last, x past the windows": ((1, 16, 12, 12), (4, (3, 3)), {"strides": [3, 3]}),
+    "channels last in image chunks b5": ((5, 64, 16, 16), (8, (3, 3)), {"pads": [1] * 4}),
     "3d": ((1, 2, 5, 6, 7), (3, (3, 3, 3)), {"pads": [1] * 6}),
     "3d/2": ((2, 2, 7, 6, 5), (3, (2, 2, 2)), {"strides": [2, 2, 2]}),
     "wide rows in bands": ((1, 4, 130, 130), (8, (3, 3)), {"pads": [1] * 4}),
@@ -164,6 +174,41 @@ def test_concurrent_runs_of_one_session_do_not_share_held_buffers() -> None:
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "out_shape", "kernel", "form"),
+    [
+        ((2, 32, 8, 8), (2, 32, 8, 8), (3, 3), ChannelsLastConv),  # runs of 96 values
+        ((1, 64, 14, 14), (1, 64, 14, 14), (3, 3), ChannelsLastConv),
+        ((2, 3, 32, 32), (2, 16, 32, 32), (3, 3), HeldConv),  # runs of 9 values
+        ((1, 16, 32, 32), (1, 16, 32, 32), (3, 3), HeldConv),  # large planes
+        ((1, 64, 8, 8), (1, 16, 8, 8), (1, 1), HeldConv),  # x is its own columns
+        ((1, 80, 28, 28), (1, 160, 14, 14), (2, 2), HeldConv),  # tiling windows, 2x2/2
+    ],
+)
+def test_small_planes_with_long_channel_runs_are_held_channels_last(
+    x_shape: tuple, out_shape: tuple, kernel: tuple, form: type
+) -> None:
+    w = np.ones((out_shape[1], x_shape[1] * kernel[0] * kernel[1]), np.float32)
+    pads = ((kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
+    strides = (x_shape[2] // out_shape[2],) * 2
+    held = held_conv(x_shape, np.float32, w, out_shape, kernel, strides, pads, (1, 1))
+    assert type(held) is form
+
+
+def test_channels_last_writes_an_output_of_any_layout() -> None:
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((4, 32 * 9)).astype(np.float32)
+    x = rng.standard_normal((1, 32, 6, 6)).astype(np.float32)
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    held = held_conv(x.shape, np.float32, w, (1, 4, 6, 6), *geometry)
+    expected = np.empty((1, 4, 6, 6), np.float32)
+    assert held(x, expected, None)
+    out = np.full((1, 4, 6, 12), 7.0, np.float32)
+    assert held(x, out[..., ::2], None)
+    np.testing.assert_array_equal(out[..., ::2], expected)
+    assert (out[..., 1::2] == 7.0).all()
 
 
 def test_an_output_that_is_not_one_contiguous_array_is_refused_untouched() -> None:

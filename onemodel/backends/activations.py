@@ -5,7 +5,11 @@ float64, no `where`: a data-dependent select costs more in NumPy than several ar
 passes). The code is shared by NumPy and CuPy (only functions both have). `out` may be the
 input's memory: every kernel reads `x` before it first writes `out`, or keeps what it needs.
 
-Large arrays are processed a block at a time (onemodel/backends/blocking.py).
+Large arrays are processed a block at a time (onemodel/backends/blocking.py). The polynomial
+kernels give `out` by position: NumPy 2.4 takes a keyword 60 ns longer (0.27 against 0.21 us a
+call on 128 elements, AMD EPYC), a sixth of Gelu's 18 calls on small arrays (6.2 -> 5.3 us);
+CuPy takes outputs by position too. maximum and minimum keep the keyword (NumPy deprecates
+their third positional argument).
 """
 
 from __future__ import annotations
@@ -139,11 +143,11 @@ def clamp(xp: Any, x: Any, low: Any, high: Any, out: Any) -> None:
 def _horner(xp: Any, coefficients: tuple[float, ...], s: Any, out: Any) -> None:
     """The polynomial in s (lowest coefficient first) into out: 2·degree passes."""
     *rest, top = constants(xp, s, coefficients)
-    xp.multiply(s, top, out=out)
-    xp.add(out, rest.pop(), out=out)
+    xp.multiply(s, top, out)
+    xp.add(out, rest.pop(), out)
     for coefficient in reversed(rest):
-        xp.multiply(out, s, out=out)
-        xp.add(out, coefficient, out=out)
+        xp.multiply(out, s, out)
+        xp.add(out, coefficient, out)
 
 
 def _tanh_of_odd_polynomial(
@@ -151,10 +155,10 @@ def _tanh_of_odd_polynomial(
 ) -> None:
     """tanh(x·P(x²)) into out (which may be x or p), with work arrays s and p: 2·deg P + 2
     passes and a tanh."""
-    xp.multiply(x, x, out=s)
+    xp.multiply(x, x, s)
     _horner(xp, coefficients, s, p)
-    xp.multiply(p, x, out=out)
-    xp.tanh(out, out=out)
+    xp.multiply(p, x, out)
+    xp.tanh(out, out)
 
 
 def erf(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
@@ -170,10 +174,10 @@ def gelu(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
     (-inf·0)."""
     h, t = work[:2]
     half, one = constants(xp, x, (0.5, 1.0))
-    xp.multiply(x, half, out=h)
+    xp.multiply(x, half, h)
     _tanh_of_odd_polynomial(xp, h, t, out, t, _GELU_TANH)  # x is not read again: out is work
-    xp.add(t, one, out=t)
-    xp.multiply(t, h, out=out)
+    xp.add(t, one, t)
+    xp.multiply(t, h, out)
 
 
 _TANH_GELU = math.sqrt(2.0 / math.pi)
@@ -188,14 +192,14 @@ def gelu_tanh(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
     of 1 times |x|/2. -inf gives NaN (-inf·0)."""
     h, t = work[:2]
     half, cubic, linear, one = constants(xp, x, _GELU_TANH_CONSTANTS)
-    xp.multiply(x, half, out=h)
-    xp.multiply(h, h, out=t)
-    xp.multiply(t, cubic, out=t)
-    xp.add(t, linear, out=t)
-    xp.multiply(t, h, out=t)
-    xp.tanh(t, out=t)
-    xp.add(t, one, out=t)
-    xp.multiply(t, h, out=out)
+    xp.multiply(x, half, h)
+    xp.multiply(h, h, t)
+    xp.multiply(t, cubic, t)
+    xp.add(t, linear, t)
+    xp.multiply(t, h, t)
+    xp.tanh(t, t)
+    xp.add(t, one, t)
+    xp.multiply(t, h, out)
 
 
 # -- the piecewise and exp-based activations ------------------------------------------------------

@@ -15,6 +15,7 @@ context and is restored after the call; inside a run it is set directly
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -57,3 +58,16 @@ def ufunc_into(xp: Any, ufunc: Any, *operands: Any, out: Any, **keywords: Any) -
         return ufunc(*operands, out=out, **keywords)
     finally:
         np.setbufsize(previous)
+
+
+def held_operand(xp: Any, constant: Any, shape: tuple[int, ...]) -> Any:
+    """A constant operand of a small element-wise step made once as a C-contiguous array of
+    the output's `shape`, where it would broadcast: NumPy sets up a broadcast loop in every
+    call, which costs more than the arithmetic on small arrays (a (64,) bias added to
+    (2, 7, 64): 0.95 against 0.35 us with the same values as a (2, 7, 64) array, AMD EPYC).
+    The same operations on the same values: the same bits. Single values (which NumPy takes
+    as scalars at no such cost), outputs above ROW_BUFFER_ABOVE elements and operands that
+    are already full come back as they are."""
+    if constant.size <= 1 or constant.shape == shape or math.prod(shape) > ROW_BUFFER_ABOVE:
+        return constant
+    return xp.ascontiguousarray(xp.broadcast_to(constant, shape))

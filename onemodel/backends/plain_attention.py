@@ -49,14 +49,14 @@ class PlainAttention:
     def __call__(self, q: Any, k: Any, v: Any, out: Any) -> None:
         """out (B, H, S, Dv) C-contiguous; NumPy's errors ignored already."""
         xp, scores, rows, peak, total = self.xp, self.scores, self.rows, self.peak, self.total
-        xp.multiply(q, self.root, out=self.q)
-        xp.multiply(k.swapaxes(-1, -2), self.root, out=self.k_t)
-        xp.matmul(self.q, self.k_t, out=scores)
+        xp.multiply(q, self.root, self.q)
+        xp.multiply(k.swapaxes(-1, -2), self.root, self.k_t)
+        xp.matmul(self.q, self.k_t, scores)
         self.row_max(rows, axis=1, keepdims=True, out=peak)
         xp.maximum(peak, _LOWEST, out=peak)
         ufunc_into(xp, xp.subtract, rows, peak, out=rows)
-        xp.exp(rows, out=rows)
+        xp.exp(rows, rows)
         xp.dot(rows, self.ones, out=total)
         xp.maximum(total, _ONE, out=total)
         ufunc_into(xp, xp.divide, rows, total, out=rows)
-        xp.matmul(scores, v, out=out)
+        xp.matmul(scores, v, out)

@@ -64,15 +64,15 @@ class SmallRows:
             ufunc_into(xp, xp.subtract, x, deviation, out=out)
         else:
             xp.dot(x, self.center, out=out)
-        xp.multiply(out, out, out=squares)
+        xp.multiply(out, out, squares)
         xp.dot(squares, self.weights, out=deviation)
-        xp.add(deviation, self.epsilon, out=deviation)
-        xp.sqrt(deviation, out=deviation)
-        xp.divide(out, deviation, out=out)
+        xp.add(deviation, self.epsilon, deviation)
+        xp.sqrt(deviation, deviation)
+        xp.divide(out, deviation, out)
         if self.scale is not None:
-            xp.multiply(out, self.scale, out=out)
+            xp.multiply(out, self.scale, out)
         if self.bias is not None:
-            xp.add(out, self.bias, out=out)
+            xp.add(out, self.bias, out)
 
 
 class SmallRootMeanSquare:
@@ -91,11 +91,11 @@ class SmallRootMeanSquare:
     def __call__(self, x: Any, out: Any) -> None:
         """x and out (rows, cols) float32, out C-contiguous; NumPy's errors ignored already."""
         xp = self.xp
-        xp.matmul(x[:, None, :], x[:, :, None], out=self.factor)
+        xp.matmul(x[:, None, :], x[:, :, None], self.factor)
         factor = self.factor.reshape(-1, 1)
-        xp.multiply(factor, self.inverse_count, out=factor)
-        xp.add(factor, self.epsilon, out=factor)
-        xp.sqrt(factor, out=factor)
-        xp.reciprocal(factor, out=factor)
-        xp.multiply(x, factor, out=out)
-        xp.multiply(out, self.scale, out=out)
+        xp.multiply(factor, self.inverse_count, factor)
+        xp.add(factor, self.epsilon, factor)
+        xp.sqrt(factor, factor)
+        xp.reciprocal(factor, factor)
+        xp.multiply(x, factor, out)
+        xp.multiply(out, self.scale, out)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_types import Scratch
+from onemodel.backends.numpy_cpu.channels_last_conv import ChannelsLastConv, takes_channels_last
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 
 _BLAS_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -57,16 +58,19 @@ def held_conv(
     pads: Sequence[int],
     dilations: Sequence[int],
     allocate: Scratch | None = None,
-) -> HeldConv | None:
+) -> HeldConv | ChannelsLastConv | None:
     """The held convolution of x (`x_shape`, `dtype`) by the (M, C·ΠK) `matrix` into an
     output of `out_shape` with leading `pads`, or None where it does not apply (another type
-    than float32/float64, or an empty shape). Its buffers come from `allocate` (a run's
+    than float32/float64, or an empty shape): channels last over small planes
+    (numpy_cpu/channels_last_conv.py), else planar. Its buffers come from `allocate` (a run's
     scratch, for a convolution made for one run) or are its own."""
     dtype = np.dtype(dtype)
     if dtype not in _BLAS_TYPES or matrix.dtype != dtype or 0 in x_shape or 0 in out_shape:
         return None
-    geometry = map(tuple, (kernel, strides, pads, dilations))
-    return HeldConv(tuple(x_shape), matrix, tuple(out_shape), *geometry, allocate=allocate)
+    geometry = tuple(map(tuple, (kernel, strides, pads, dilations)))
+    channels_last = takes_channels_last(x_shape, out_shape, kernel, strides, dilations)
+    form = ChannelsLastConv if channels_last else HeldConv
+    return form(tuple(x_shape), matrix, tuple(out_shape), *geometry, allocate=allocate)
 
 
 class HeldConv:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from onemodel.backends.broadcasting import ROW_BUFFER_ABOVE, ufunc_into
+from onemodel.backends.broadcasting import ROW_BUFFER_ABOVE, held_operand, ufunc_into
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
@@ -148,12 +148,30 @@ class BinaryUfunc(ElementwiseBinary):
         super().run(ctx, inputs, outputs)
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
-        """A small output: the ufunc itself, straight into out (as `run` calls it)."""
+        """A small output: the ufunc itself, straight into out (as `run` calls it), a constant
+        operand that would broadcast made full once (`held_operand`), out given by position
+        (60 ns less a call than by keyword in NumPy 2.4)."""
         if not self.plain or math.prod(step.outputs[0].shape) > ROW_BUFFER_ABOVE:
             return None
         if type(self).run is not BinaryUfunc.run:  # a subclass decides more per run
             return None
         ufunc = getattr(ctx.xp, self.ufunc)
+        shape = tuple(step.outputs[0].shape)
+        first, second = step.constants[:2]
+        if first is None and second is not None:  # a bias, a scale: broadcast once
+            held = held_operand(ctx.xp, second, shape)
+
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                ufunc(inputs[0], held, outputs[0])
+
+            return call
+        if second is None and first is not None:
+            held = held_operand(ctx.xp, first, shape)
+
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                ufunc(held, inputs[1], outputs[0])
+
+            return call
 
         def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
             ufunc(inputs[0], inputs[1], out=outputs[0])

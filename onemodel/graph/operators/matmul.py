@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends.broadcasting import held_operand
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.operators.base import (
     Array,
@@ -251,6 +252,8 @@ class GemmOp(MatrixProduct):
         if len(step.specs) < 3 or step.specs[2] is None or self.beta == 0.0:
             return product
         add, c = ctx.xp.add, step.constants[2]
+        if c is not None:
+            c = held_operand(ctx.xp, c, tuple(step.outputs[0].shape))
 
         def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
             product(ctx, inputs, outputs)
