@@ -29,6 +29,11 @@ NARROW_FLOATS = _NarrowFloats()
 _SKEW_BYTES = 1088  # 17 cache lines: successive temporaries land at different offsets in a page
 
 
+def own_memory(shape: Sequence[int], dtype: Any) -> Any:
+    """A `Scratch` of host arrays of their own (a held kernel made outside any run)."""
+    return np.empty(tuple(shape), dtype)
+
+
 def skewed(allocate: Scratch) -> Scratch:
     """`allocate` whose successive temporaries start at different offsets within a 4 KiB page.
 

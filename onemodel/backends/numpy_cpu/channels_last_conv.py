@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from onemodel.backends.array_types import Scratch
+from onemodel.backends.array_types import Scratch, own_memory
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 
 # Output pixels per image up to which channels last pays (see the module docstring: 16×16
@@ -74,7 +73,7 @@ class ChannelsLastConv:
         dilations: tuple[int, ...],
         allocate: Scratch | None = None,
     ) -> None:
-        empty = allocate or _own
+        empty = allocate or own_memory
         batch, channels, height, width = x_shape
         filters, (out_h, out_w) = out_shape[1], out_shape[2:]
         (kh, kw), (sh, sw), (dh, _), (top, left) = kernel, strides, dilations, pads[:2]
@@ -126,7 +125,3 @@ class ChannelsLastConv:
             else:
                 np.add(self.planes, bias.reshape(-1, 1, 1), out=out)
         return True
-
-
-def _own(shape: Sequence[int], dtype: Any) -> np.ndarray:
-    return np.empty(tuple(shape), dtype)

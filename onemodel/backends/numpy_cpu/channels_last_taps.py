@@ -20,12 +20,11 @@ the same bits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from onemodel.backends.array_types import Scratch
+from onemodel.backends.array_types import Scratch, own_memory
 from onemodel.backends.numpy_cpu.movement import transpose_copy
 
 # Result elements per einsum: a chunk of images whose result stays in cache across taps.
@@ -52,7 +51,7 @@ class ChannelsLastTaps:
         dilations: Sequence[int],
         allocate: Scratch | None = None,
     ) -> None:
-        empty = allocate or _own
+        empty = allocate or own_memory
         batch, channels, height, width = x_shape
         (kh, kw), (sh, sw), (dh, dw), (top, left) = kernel, strides, dilations, pads[:2]
         out_h, out_w = out_shape[2:]
@@ -98,7 +97,3 @@ class ChannelsLastTaps:
         else:
             np.copyto(out, result.transpose(0, 3, 1, 2))
         return True
-
-
-def _own(shape: Sequence[int], dtype: Any) -> np.ndarray:
-    return np.empty(tuple(shape), dtype)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.backends.array_types import Scratch
+from onemodel.backends.array_types import Scratch, own_memory
 from onemodel.backends.numpy_cpu.channels_last_conv import ChannelsLastConv, takes_channels_last
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 
@@ -95,7 +95,7 @@ class HeldConv:
         dilations: tuple[int, ...],
         allocate: Scratch | None = None,
     ) -> None:
-        self._empty = allocate or _own
+        self._empty = allocate or own_memory
         batch, _, *spatial = x_shape
         out_spatial = out_shape[2:]
         self.matrix = matrix.reshape(matrix.shape[-2], -1)
@@ -326,10 +326,6 @@ class HeldConv:
                 np.copyto(rows, cropped)
             else:
                 np.add(cropped, channel_bias[:, None], out=rows)
-
-
-def _own(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    return np.empty(shape, dtype)
 
 
 def _tap_groups(kernel: int, stride: int, dilation: int) -> list[tuple[int, ...]]:

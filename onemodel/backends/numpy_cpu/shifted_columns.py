@@ -28,11 +28,10 @@ the same bits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from onemodel.backends.array_types import Scratch
+from onemodel.backends.array_types import Scratch, own_memory
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
 
 # Column elements per block of channels (in cache between the copies and the products):
@@ -89,7 +88,7 @@ class ShiftedColumns:
         dilations: Sequence[int],
         allocate: Scratch | None = None,
     ) -> None:
-        empty = allocate or _own
+        empty = allocate or own_memory
         _, channels, height, width = x_shape
         (sh, sw), (out_h, out_w) = strides, out_shape[2:]
         reads = _phase_reads(kernel, strides, pads, dilations)
@@ -157,7 +156,3 @@ class ShiftedColumns:
                 np.matmul(self.weights[group], self.columns[:count], out=result)
                 if bias is not None:
                     np.add(result, bias[group, None, None], out=result)
-
-
-def _own(shape: Sequence[int], dtype: Any) -> np.ndarray:
-    return np.empty(tuple(shape), dtype)
