@@ -132,7 +132,7 @@ def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(
         calls.append(done)
         return done
 
-    monkeypatch.setattr("onemodel.backends.numpy_cpu.fast.winograd_conv", spy)
+    monkeypatch.setattr("onemodel.backends.numpy_cpu.winograd.winograd_conv", spy)
     pads = (1, 1, 1, 1)
     expected = direct_conv(x, w, strides, pads, (1, 1), 1)
     out = np.full(expected.shape, np.nan, dtype=np.float32)

@@ -21,18 +21,8 @@ from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.tiled_pool import TiledMaxPool, tiled_pool_fits
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
-from onemodel.backends.numpy_cpu.winograd import (
-    WinogradFilter,
-    WinogradFilters,
-    winograd_conv,
-    winograd_filter,
-)
-from onemodel.backends.numpy_cpu.winograd_rows import (
-    RowWinogradFilter,
-    row_winograd_conv,
-    row_winograd_filter,
-    row_winograd_fits,
-)
+from onemodel.backends.numpy_cpu.winograd import WinogradFilter, WinogradFilters, winograd_filter
+from onemodel.backends.numpy_cpu.winograd_rows import RowWinogradFilter, row_winograd_filter
 from onemodel.backends.pixel_doubling import double_last_axes_host
 from onemodel.tensors import HOST
 
@@ -213,13 +203,8 @@ class NumpyKernels(ArrayKernels):
             unit = all(s == 1 for s in strides)
             prepared = _winograd_for(weights, *geometry) if unit else None
             if prepared is not None and x.dtype == out.dtype == prepared.transformed.dtype:
-                if isinstance(prepared, RowWinogradFilter):
-                    row_winograd_conv(x, prepared, out, pads[0], allocate, bias)
-                    return
-                matmul = self.matmul_arrays
-                winograd_conv(
-                    x, prepared, out, tuple(pads), tuple(dilations), allocate, matmul, bias
-                )
+                geometry = (tuple(pads), tuple(dilations))
+                prepared.conv(x, out, *geometry, allocate, self.matmul_arrays, bias)
                 return
             weights = weights.matrix
         if (
@@ -321,10 +306,6 @@ def _winograd_for(
     weights: PreparedConv, batch: int, out_spatial: Sequence[int], dilations: Sequence[int]
 ) -> WinogradFilter | RowWinogradFilter | None:
     """The Winograd transform that pays for these outputs, or None: the direct paths."""
-    transforms = weights.winograd
-    if isinstance(transforms, RowWinogradFilter):
-        fits = row_winograd_fits(transforms, out_spatial[0], tuple(dilations))
-        return transforms if fits else None
-    if transforms is None:
+    if weights.winograd is None:
         return None
-    return transforms.for_output(batch, tuple(out_spatial), tuple(dilations))
+    return weights.winograd.for_output(batch, tuple(out_spatial), tuple(dilations))

@@ -103,6 +103,20 @@ class WinogradFilter:
     def tile(self) -> int:
         return self.block + 2
 
+    def conv(
+        self,
+        x: np.ndarray,
+        out: np.ndarray,
+        pads: tuple[int, ...],
+        dilations: tuple[int, ...],
+        allocate: Scratch,
+        matmul: Any,
+        bias: np.ndarray | None,
+    ) -> None:
+        """`winograd_conv` by this filter, for outputs that `WinogradFilters.for_output`
+        chose it for."""
+        winograd_conv(x, self, out, pads, dilations, allocate, matmul, bias)
+
 
 class WinogradFilters:
     """The Winograd transforms of one float32 W (M, C, 3, 3), each block size's made on first

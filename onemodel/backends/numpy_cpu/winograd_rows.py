@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,26 @@ class RowWinogradFilter:
 
     block: int
     transformed: np.ndarray
+
+    def for_output(
+        self, batch: int, out_spatial: tuple[int, ...], dilations: tuple[int, ...]
+    ) -> RowWinogradFilter | None:
+        """Itself where it takes these outputs (`row_winograd_fits`), else None: the direct
+        path (the same question `WinogradFilters.for_output` answers for 2-D filters)."""
+        return self if row_winograd_fits(self, out_spatial[0], dilations) else None
+
+    def conv(
+        self,
+        x: np.ndarray,
+        out: np.ndarray,
+        pads: tuple[int, ...],
+        dilations: tuple[int, ...],
+        allocate: Scratch,
+        matmul: Any,
+        bias: np.ndarray | None,
+    ) -> None:
+        """`row_winograd_conv` with the leading pad (its products are its own GEMMs)."""
+        row_winograd_conv(x, self, out, pads[0], allocate, bias)
 
 
 def row_winograd_filter(w: np.ndarray, group: int) -> RowWinogradFilter | None:
