@@ -38,11 +38,13 @@ def _skip_unless(*modules: str) -> None:
         pytest.skip(reason)
 
 
-def _onnxruntime(path: Path | str) -> Any:
+def _onnxruntime(path: Path | str, optimized: bool = True) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -254,10 +256,17 @@ def test_float16_vision_export(family: str, tmp_path: Path, record_property: Cal
     reference = _onnxruntime(path)
     names = [output.name for output in reference.get_outputs()]
     want = reference.run(None, feeds)
+    # onnxruntime's own results move with its graph optimisations here (its fusions round
+    # float16 elsewhere): ConvNeXt's logits by 2.6e-4 between levels 0 and 99 (timm 1.0.31,
+    # torch 2.14), beyond STRICT's 1e-4 near a logit of 0.045. Ours must stay within twice
+    # that spread, which still tells float32 intermediates from the native float16 (0.04).
+    unfused = _onnxruntime(path, optimized=False).run(None, feeds)
+    spread = max(float(np.max(np.abs(a - b))) for a, b in zip(want, unfused, strict=True))
+    tolerance = {"rtol": STRICT["rtol"], "atol": max(STRICT["atol"], 2 * spread)}
     compat = CompatSession(str(path), providers=["CPUExecutionProvider"])
-    worst = _compare(compat.run(None, feeds), want, names, STRICT)
+    worst = _compare(compat.run(None, feeds), want, names, tolerance)
     got = onemodel.Session.load(str(path), AS_ONNXRUNTIME).run(None, feeds)
-    record_property(MAX_DIFFERENCE, max(worst, _compare(got, want, names, STRICT)))
+    record_property(MAX_DIFFERENCE, max(worst, _compare(got, want, names, tolerance)))
     typed = onemodel.Session.load(str(path)).run(None, feeds)
     record_property("default_max_abs_difference", _compare(typed, want, names, {"atol": np.inf}))
 
