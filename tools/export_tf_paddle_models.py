@@ -256,6 +256,23 @@ def keras_models() -> dict[str, tuple[Callable[[], Any], dict[str, tuple[tuple, 
         finally:
             keras.mixed_precision.set_global_policy("float32")
 
+    def resampling() -> Any:
+        x = seq_input((None, 9, 11, 3), name="image")
+        outs = [
+            layers.Conv2DTranspose(3, 3, strides=2, padding="same")(x),
+            # output_padding with padding="valid" makes tf2onnx write negative pads
+            layers.Conv2DTranspose(3, 3, strides=2, padding="valid")(x),
+            layers.UpSampling2D(interpolation="bilinear")(x),
+            layers.Resizing(18, 22, interpolation="bicubic")(x),
+            layers.Resizing(18, 22, interpolation="nearest")(x),
+            layers.Resizing(18, 22, interpolation="bilinear", crop_to_aspect_ratio=True)(x),
+        ]
+        outs = [layers.Cropping2D(((0, o.shape[1] - 18), (0, o.shape[2] - 22)))(o) for o in outs]
+        sequence = layers.Reshape((9, 33))(x)
+        causal = layers.Conv1D(4, 3, padding="causal", dilation_rate=2)(sequence)
+        up = layers.Conv1DTranspose(4, 3, strides=2, padding="same")(causal)
+        return keras.Model(x, [layers.Concatenate()(outs), layers.UpSampling1D(2)(up)])
+
     floats = {"x": ((None, 7, 6), "float32")}
     image32 = {"image": ((None, 32, 32, 3), "float32")}
     applied = {"input": ((None, 32, 32, 3), "float32")}
@@ -272,6 +289,7 @@ def keras_models() -> dict[str, tuple[Callable[[], Any], dict[str, tuple[tuple, 
         "unet": (unet, image32),
         "convs": (convs, {"image": ((None, 30, 30, 4), "float32")}),
         "transformer": (transformer, {"x": ((None, 9, 16), "float32")}),
+        "resampling": (resampling, {"image": ((None, 9, 11, 3), "float32")}),
         "masked-rnn": (masked_lstm, {"tokens": ((None, 12), "int32")}),
         "layer-zoo": (layer_zoo, {"image": ((None, 10, 12, 4), "float32")}),
         "float16": (float16_policy, {"image": ((None, 8, 8, 3), "float16")}),
@@ -683,6 +701,25 @@ def paddle_models() -> dict[str, tuple[Callable[[], Any], list[tuple[str, list, 
             return (shuffled, sampled, best, values, indices, cum + masked + normed + rolled,
                     hot, lower)  # fmt: skip
 
+    class Resampling(nn.Layer):
+        """Paddle's interpolation modes and align settings, transposed convolutions."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Conv2DTranspose(3, 3, 3, stride=2, padding=1, output_padding=1)
+            self.grouped = nn.Conv2DTranspose(3, 6, 4, stride=2, padding=1, groups=3)
+
+        def forward(self, x: Any) -> Any:
+            shape = paddle.shape(x)
+            size = [shape[2] * 2, shape[3] * 2]
+            outs = [self.up(x), self.grouped(x)[:, :3]]
+            for mode, corners, align in (("bilinear", False, 0), ("bilinear", False, 1),
+                                         ("bilinear", True, 0), ("bicubic", False, 0),
+                                         ("bicubic", True, 0), ("nearest", False, 0)):  # fmt: skip
+                outs.append(F.interpolate(x, size=size, mode=mode, align_corners=corners,
+                                          align_mode=align))  # fmt: skip
+            return paddle.concat(outs, 1)  # all 2H x 2W
+
     from paddle.vision import models as vision
 
     image = [("x", [None, 3, 64, 64], "float32")]
@@ -699,6 +736,7 @@ def paddle_models() -> dict[str, tuple[Callable[[], Any], list[tuple[str, list, 
         "svtr-rec": (SVTRRecogniser, [("x", [None, 3, 32, None], "float32")], [[2, 3, 32, 48]]),
         "activations": (Activations, [("x", [None, 4, 8, 8], "float32")], [[2, 4, 8, 8]]),
         "tensor-ops": (TensorOps, [("x", [None, 4, 6, 6], "float32")], [[2, 4, 6, 6]]),
+        "resampling": (Resampling, [("x", [None, 3, None, None], "float32")], [[1, 3, 7, 10]]),
         "gru-tagger": (GRUTagger, [("ids", [None, None], "int64")], [[2, 9]]),
     }  # fmt: skip
 
