@@ -18,7 +18,6 @@ import pytest
 from conformance_cases import case_params, node_cases, run_case
 from operator_harness import assert_same, one_node_model, onnxruntime_run, run_node
 
-import onemodel
 from onemodel.backends import BackendUnavailableError, KernelPaths
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.operators.base import NeedsRunTimeValues
@@ -212,36 +211,6 @@ def test_concat_skips_empty_inputs_beside_full_ones_as_onnxruntime_does() -> Non
     with bad_input("other axes"):  # nothing to go by when every input is empty
         run_node("Concat", [np.zeros((0, 3), np.float32), np.zeros((0, 4), np.float32)],
                  {"axis": 0})  # fmt: skip
-
-
-def test_a_loop_of_no_iterations_concatenated_with_rows_matches_onnxruntime() -> None:
-    """tf2onnx's while loops: the scan output of a Loop that runs no iteration is [0] (its
-    body's row shape is not declared) and Concat joins it with the rows before it. That
-    failed in Concat's shape check; onnxruntime skips the empty input."""
-    helper, float32 = onnx.helper, onnx.TensorProto.FLOAT
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("ReduceMax", ["x"], ["row"], axes=[0], keepdims=0)],
-        "body",
-        [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
-         helper.make_tensor_value_info("row", float32, None)],
-    )  # fmt: skip
-    graph = helper.make_graph(
-        [helper.make_node("Loop", ["n", ""], ["rows"], body=body),
-         helper.make_node("Concat", ["x", "rows"], ["y"], axis=0)],
-        "loop_rows",
-        [helper.make_tensor_value_info("x", float32, [3, 4]),
-         helper.make_tensor_value_info("n", onnx.TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("y", float32, None)],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    session = onemodel.Session.load(model.SerializeToString())
-    for trips in (0, 3):
-        feeds = {"x": X[0], "n": np.array(trips, np.int64)}
-        np.testing.assert_array_equal(session.run(None, feeds)[0], onnxruntime_run(model, feeds)[0])
 
 
 @pytest.mark.parametrize(
