@@ -274,3 +274,37 @@ def test_a_loop_s_and_a_scan_s_results_go_to_the_caller_without_another_copy():
         for got, element in zip(seq, given, strict=True):
             np.testing.assert_array_equal(got, element)
             assert not np.shares_memory(got, element)
+
+
+def test_a_loop_of_no_iterations_stacks_rows_of_the_shape_its_body_plans() -> None:
+    """tf2onnx's while loops write untyped body outputs. With no iteration the stacked result
+    was [0], which no Concat with the rows before it accepts; onnxruntime's shape inference
+    makes it [0, 4], and so does the body's plan for the first iteration's inputs."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("ReduceMax", ["x"], ["row"], axes=[0], keepdims=0)],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", BOOL, []),
+         helper.make_tensor_value_info("row", F, None)],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", ""], ["rows"], body=body),
+         helper.make_node("Concat", ["x", "rows"], ["joined"], axis=0)],
+        "loop_rows",
+        [helper.make_tensor_value_info("x", F, [3, 4]),
+         helper.make_tensor_value_info("n", I64, [])],
+        [helper.make_tensor_value_info("rows", F, None),
+         helper.make_tensor_value_info("joined", F, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for mode in (ExecutionMode.FAST, ExecutionMode.EXACT):
+        session = Session.load(model.SerializeToString(), SessionOptions(mode=mode))
+        rows, joined = session.run(None, {"x": x, "n": np.array(0, np.int64)})
+        assert rows.shape == (0, 4) and rows.dtype == np.float32
+        np.testing.assert_array_equal(joined, x)
+        rows, joined = session.run(None, {"x": x, "n": np.array(2, np.int64)})
+        np.testing.assert_array_equal(rows, np.stack([x.max(axis=0)] * 2))

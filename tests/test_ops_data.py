@@ -200,6 +200,19 @@ def test_concat_joins_and_refuses_mismatched_shapes() -> None:
         run_node("Concat", [X, X[:1]], {"axis": 1})
 
 
+def test_concat_skips_empty_inputs_beside_full_ones_as_onnxruntime_does() -> None:
+    """onnxruntime checks no shape of an empty input when another has elements (its Concat
+    after GitHub issue 8020); a valid model's empty inputs are empty along the axis anyway."""
+    for empty in (np.zeros((0,), np.float32), np.zeros((2, 0, 5), np.float32)):
+        (out,) = run_node("Concat", [X, empty, X[:, :1]], {"axis": 1})
+        np.testing.assert_array_equal(out, np.concatenate([X, X[:, :1]], axis=1))
+    (out,) = run_node("Concat", [np.zeros((0, 3), np.float32), X[0]], {"axis": 0})
+    np.testing.assert_array_equal(out, X[0])
+    with bad_input("other axes"):  # nothing to go by when every input is empty
+        run_node("Concat", [np.zeros((0, 3), np.float32), np.zeros((0, 4), np.float32)],
+                 {"axis": 0})  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("opset", "inputs", "attributes", "outputs"),
     [

@@ -316,6 +316,39 @@ def test_grid_sample_nearest_copies_integers_and_pads_with_zeros() -> None:
     np.testing.assert_array_equal(result, [[[[2**60, 5 + 2**60, 0]]]])
 
 
+@pytest.mark.parametrize(("mode", "padding", "align_corners"), GRID_CASES)
+@pytest.mark.parametrize("exact", [False, True])
+def test_grid_sample_places_nan_coordinates_where_pytorch_clamps_them(
+    mode: str, padding: str, align_corners: int, exact: bool
+) -> None:
+    """A NaN in the grid (paddle2onnx's GroupNorm at opset 17 writes a garbage epsilon that
+    makes one) used to cast to index -2^63 and fail the run with an IndexError. It lies
+    outside with zeros padding (0: PyTorch's nearest agrees, its interpolating modes give NaN)
+    and at the first position otherwise, where PyTorch's clamp puts it."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 1, 3, 4)
+    grid = np.zeros((2, 2, 2, 2), np.float32)
+    grid[0, 0, 0] = np.nan
+    grid[1, 1, 1] = [np.nan, -0.5]
+    grid[0, 1, 0] = [0.3, -0.2]
+    attributes = dict(mode=mode, padding_mode=padding, align_corners=align_corners)
+    (result,) = run_node("GridSample", [x, grid], attributes, opset=20, exact=exact)
+    finite = np.isfinite(grid).all(axis=-1)
+    (reference,) = run_node("GridSample", [x, np.where(finite[..., None], grid, 0)], attributes,
+                            opset=20, exact=exact)  # fmt: skip
+    np.testing.assert_array_equal(result[:, 0][finite], reference[:, 0][finite])
+    if padding == "zeros":
+        assert (result[:, 0][~finite] == 0).all()
+    else:
+        assert result[0, 0, 0, 0] == 0.0  # both coordinates at the first position of image 0
+    torch = pytest.importorskip("torch")
+    if mode == "nearest" or (mode == "linear" and padding != "zeros"):
+        expected = torch.nn.functional.grid_sample(
+            torch.from_numpy(x), torch.from_numpy(grid), mode=mode.replace("linear", "bilinear"),
+            padding_mode=padding, align_corners=bool(align_corners),
+        ).numpy()  # fmt: skip
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_grid_sample_refuses_a_grid_of_the_wrong_shape() -> None:
     error = refused(ErrorKind.INVALID_INPUT, "GridSample", [normal(1, 1, 4, 4), normal(1, 3, 3, 3)],
                     opset=20)  # fmt: skip

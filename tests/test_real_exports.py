@@ -4,7 +4,9 @@ Live families (tests/real_exports.py builds them from tiny random configs, nothi
 run where their tools are installed and skip otherwise: Hugging Face optimum exports, vision
 models through the TorchScript exporter, onnxruntime's transformer optimizer at its levels and
 fp16, onnxruntime-genai's model builder (fp32, int4). The goldens in tests/models/real/ (the
-smallest of them, with onnxruntime's outputs and greedy tokens) run everywhere, CI included.
+smallest of them, with onnxruntime's outputs and greedy tokens) run everywhere, CI included;
+beside them are Keras models through tf2onnx and PaddleOCR-shaped Paddle models through
+paddle2onnx, which need environments of their own (tools/export_tf_paddle_models.py).
 
 A KV-cache decode loop as a user writes it (feed past_key_values.*, append the argmax token,
 32 steps) runs through `onemodel.compat.onnxruntime.InferenceSession` and `onemodel.Session`
@@ -111,7 +113,9 @@ def _tolerance(name: str) -> Mapping[str, float]:
 
 def test_goldens_are_stored() -> None:
     assert {"optimum-bert", "optimum-gpt2", "ortopt-bert-o99", "ortopt-bert-o1-mha",
-            "genai-llama-fp32"} <= set(GOLDENS)  # fmt: skip
+            "genai-llama-fp32", "tf2onnx-textcnn-op13", "tf2onnx-stacked-rnn-op15",
+            "tf2onnx-mobilenetv3-op18", "tf2onnx-unet-op15", "paddle2onnx-db-detector-op11",
+            "paddle2onnx-crnn-op13", "paddle2onnx-svtr-rec-op17"} <= set(GOLDENS)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", GOLDENS)

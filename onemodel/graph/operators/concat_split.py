@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +22,22 @@ from onemodel.graph.operators.base import (
 from onemodel.tensors import onnx_name
 
 
+def joined(shapes: Sequence[tuple[int, ...]]) -> list[int]:
+    """The inputs Concat joins: every one with elements, or all of them when none has any.
+
+    An empty input is skipped unchecked when another has elements, as onnxruntime does (its
+    Concat, after GitHub issue 8020): a Loop of no iterations writes an empty scan output whose
+    other extents shape inference guessed, and tf2onnx and paddle2onnx graphs concatenate such
+    values (a slice to an end folded to 0). An empty input that does match the others is empty
+    along the axis, so skipping it changes no valid model's result."""
+    full = [i for i, shape in enumerate(shapes) if math.prod(shape) > 0]
+    return full or list(range(len(shapes)))
+
+
 class ConcatOp(Operator):
-    """Concat (axis required from opset 4, 1 by default before; negative from 11)."""
+    """Concat (axis required from opset 4, 1 by default before; negative from 11).
+
+    Empty inputs beside non-empty ones are skipped (`joined`)."""
 
     supports_exact = True
 
@@ -35,11 +51,13 @@ class ConcatOp(Operator):
         if len(dtypes) != 1:
             names = sorted(onnx_name(d) for d in dtypes)
             raise self.node.invalid(f"Concat inputs have different element types {names}")
-        first = shapes[0]
+        kept = joined(shapes)
+        first = shapes[kept[0]]
         if len(first) == 0:
-            raise self.node.bad_input("Concat cannot join scalars", self.node.inputs[0])
+            raise self.node.bad_input("Concat cannot join scalars", self.node.inputs[kept[0]])
         axis = normalize_axis(self.node, self.axis, len(first))
-        for index, shape in enumerate(shapes):
+        for index in kept:
+            shape = shapes[index]
             if len(shape) != len(first) or any(
                 a != b for d, (a, b) in enumerate(zip(shape, first, strict=True)) if d != axis
             ):
@@ -48,23 +66,33 @@ class ConcatOp(Operator):
                     f"shapes {[list(s) for s in shapes]}",
                     self.node.inputs[index],
                 )
-        extent = sum(shape[axis] for shape in shapes)
+        extent = sum(shapes[index][axis] for index in kept)
         return [ctx.output(dtypes.pop(), (*first[:axis], extent, *first[axis + 1 :]))]
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: list[Array]) -> None:
         out = outputs[0]
         axis = normalize_axis(self.node, self.axis, out.ndim)
-        ctx.xp.concatenate(list(inputs), axis=axis, out=out)
+        kept = joined([x.shape for x in inputs])
+        ctx.xp.concatenate([inputs[i] for i in kept], axis=axis, out=out)
 
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall:
-        """The axis worked out once."""
+        """The axis, and the inputs joined, worked out once."""
         axis = normalize_axis(self.node, self.axis, len(step.outputs[0].shape))
         concatenate = ctx.xp.concatenate
+        kept = joined([spec.shape for spec in step.specs])
+        if len(kept) == len(step.specs):
 
-        def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
-            concatenate(inputs, axis=axis, out=outputs[0])
+            def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+                concatenate(inputs, axis=axis, out=outputs[0])
 
-        return call
+            return call
+        pick = operator.itemgetter(*kept)
+
+        def call_kept(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
+            chosen = pick(inputs)
+            concatenate(chosen if len(kept) > 1 else (chosen,), axis=axis, out=outputs[0])
+
+        return call_kept
 
 
 class SplitOp(Operator):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.errors import SessionError
 from onemodel.graph.operators.base import (
     Array,
     NodeInfo,
@@ -104,13 +105,28 @@ class ControlFlow(Operator):
         return places
 
     @staticmethod
-    def empty_stack(ctx: RunContext, executor: Any, position: int) -> Array:
-        """The stacked scan output of zero iterations: [0, *dims] of the declared type."""
+    def empty_stack(
+        ctx: RunContext, executor: Any, position: int, first: Sequence[Any] | None = None
+    ) -> Array:
+        """The stacked scan output of zero iterations: [0, *dims] of the declared type. Where
+        the body declares no fixed shape for it, the one its plan for the first iteration's
+        inputs (`first`) gives, as onnxruntime's shape inference does ([0, 4] rather than [0]
+        for a row of 4 that a tf2onnx while loop's body writes untyped); [0] if that plan
+        cannot be made."""
         meta = executor.graph.outputs[position]
         dtype = numpy_dtype_for_onnx(meta.elem_type if meta.elem_type is not None else 1)
-        dims = meta.dims or ()
-        shape = (0, *dims) if all(isinstance(d, int) for d in dims) else (0,)
-        return ctx.xp.empty(shape, dtype=dtype)
+        dims = meta.dims
+        if dims is not None and all(isinstance(d, int) for d in dims):
+            return ctx.xp.empty((0, *dims), dtype=dtype)
+        if first is not None:
+            try:
+                plan = executor.body_entry(first)[0]
+            except SessionError:
+                plan = None
+            spec = None if plan is None else plan.specs[plan.output_ids[position]]
+            if isinstance(spec, TensorSpec):
+                return ctx.xp.empty((0, *spec.shape), dtype=spec.numpy_dtype)
+        return ctx.xp.empty((0,), dtype=dtype)
 
 
 class IfOp(ControlFlow):
@@ -206,12 +222,17 @@ class LoopOp(ControlFlow):
             carried = self._iterate(ctx, limit, carried, outer, scans, placed)
         else:
             carried = [_copy(xp, v) for v in carried]
+        first = None
+        if not scans and len(placed) < self.scan_count:  # the first iteration's inputs
+            outer = [inputs[i] for i in self.outer]
+            counter, going_in = xp.zeros((), np.int64), xp.ones((), np.bool_)
+            first = [counter, going_in, *carried, *outer]
         stacked = [
             placed[k]
             if k in placed
             else xp.stack([outs[k] for outs in scans])
             if scans
-            else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k)
+            else self.empty_stack(ctx, self.loop_body, 1 + self.carried + k, first)
             for k in range(self.scan_count)
         ]
         return [*carried, *stacked]

@@ -837,6 +837,7 @@ class GridSampleOp(Operator):
             x = xp.where((x < low) | (x > high), xp.clip(x, 0, size - 1), x)
         elif self.padding == "reflection":
             x = reflect(xp, x, low, high)
+        x = self.defined(xp, x, size)
         if self.mode == "nearest":
             return [self.fetch(xp, xp.trunc(x), size, low, high, None)]
         floor = xp.floor(x)
@@ -852,6 +853,16 @@ class GridSampleOp(Operator):
             self.fetch(xp, floor + offset, size, low, high, weight)
             for offset, weight in zip((-1, 0, 1, 2), weights, strict=True)
         ]
+
+    def defined(self, xp: Any, x: Array, size: int) -> Array:
+        """A NaN coordinate (a NaN in the grid, a reflected infinity) moved to a defined place:
+        outside the input with zeros padding, so it reads 0, and at the first position with
+        border and reflection, as PyTorch's grid_sample clamps it. (Cast to an index it is
+        undefined: onnxruntime reads wherever it lands; PyTorch's interpolating modes give NaN
+        with zeros padding, its nearest 0.)"""
+        if self.padding == "zeros":
+            return xp.where(xp.isfinite(x), x, -100.0)
+        return xp.where(xp.isnan(x), 0.0, x)
 
     def fetch(
         self, xp: Any, index: Array, size: int, low: float, high: float, weight: Array | None
