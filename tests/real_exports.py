@@ -16,7 +16,8 @@ them beside a newer stack, install the old one into a folder put first on PYTHON
 (the sentence-transformer family also wants sentence-transformers 5.1 with scikit-learn).
 
 `python tests/real_exports.py` stores the small goldens tests/test_real_exports.py runs without
-any of these tools (tests/models/real/).
+any of these tools (tests/models/real/); `python tests/real_exports.py dynamo` stores those of
+torch's default (dynamo) exporter only (tests/dynamo_exports.py builds them).
 """
 
 from __future__ import annotations
@@ -598,9 +599,39 @@ def store_golden(
     np.savez_compressed(GOLDEN / f"{name}.inputs.npz", **arrays)
 
 
+# name → (case of tests/dynamo_exports.py, export options, batch of the stored feeds): each
+# reaches other operators or paths of the dynamo exporter (a dynamic export runs at another
+# batch and length than it was traced at).
+DYNAMO_GOLDENS: dict[str, tuple[str, dict[str, Any], int]] = {
+    "dynamo-llama-dynamic": ("hf-llama", {"dynamic": True}, 3),
+    "dynamo-lstm": ("lstm-bidirectional-2layer", {}, 2),
+    "dynamo-attention-opset23": ("sdpa-float-mask-scale", {"opset": 23}, 2),
+    "dynamo-norms-opset23": ("norms", {"opset": 23}, 2),
+    "dynamo-interpolate": ("interpolate", {}, 2),
+    "dynamo-cond": ("cond-branches", {}, 2),
+    "dynamo-stft": ("fft-stft", {}, 2),
+    "dynamo-pad-opset18": ("pad-modes", {"opset": 18}, 2),  # wrap, though ONNX adds it in 19
+}
+
+
+def store_dynamo_goldens(folder: Path) -> None:
+    """DYNAMO_GOLDENS, exported by torch's default exporter and stored as `store_golden` does."""
+    import dynamo_exports as dx
+
+    for name, (case, options, batch) in DYNAMO_GOLDENS.items():
+        path, args = dx.export_dynamo(case, folder / name, **options)
+        if batch != 2:
+            args = dx.args_for(case, batch)
+        store_golden(name, path, dx.feeds_for_args(path, args))
+
+
 def main() -> None:
     import tempfile
 
+    if sys.argv[1:] == ["dynamo"]:
+        with tempfile.TemporaryDirectory() as scratch:
+            store_dynamo_goldens(Path(scratch))
+        return
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         bert = export_optimum("bert", root / "bert")["model"]

@@ -472,5 +472,13 @@ def test_pad_refuses_bad_pads() -> None:
         run_node("Pad", [X, i64(-3, 0, 0, 0, 0, 0)], opset=13)
     with bad_input("cannot pad"):
         run_node("Pad", [np.zeros((0, 2), np.float32), i64(1, 0, 0, 0)], {"mode": "edge"})
-    with pytest.raises(SessionError, match="mode 'wrap'"):
-        run_node("Pad", [X, i64(0, 0, 0, 0, 0, 0)], {"mode": "wrap"}, opset=18)
+    with pytest.raises(SessionError, match="mode 'circular'"):
+        run_node("Pad", [X, i64(0, 0, 0, 0, 0, 0)], {"mode": "circular"}, opset=19)
+
+
+def test_pad_wraps_before_opset_19_as_torch_exports_circular_padding() -> None:
+    """torch.onnx.export(..., opset_version=18) writes F.pad(mode="circular") as Pad mode
+    wrap in an opset 18 model; onnxruntime runs it."""
+    data = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    (out,) = run_node("Pad", [data, i64(0, 0, 2, 0, 0, 1)], {"mode": "wrap"}, opset=18)
+    np.testing.assert_array_equal(out, np.pad(data, ((0, 0), (0, 0), (2, 1)), mode="wrap"))

@@ -2,8 +2,9 @@
 
 Live families (tests/real_exports.py builds them from tiny random configs, nothing downloaded)
 run where their tools are installed and skip otherwise: Hugging Face optimum exports, vision
-models through the TorchScript exporter, onnxruntime's transformer optimizer at its levels and
-fp16, onnxruntime-genai's model builder (fp32, int4). The goldens in tests/models/real/ (the
+models through the TorchScript exporter, torch's default (dynamo) exporter
+(tests/dynamo_exports.py), onnxruntime's transformer optimizer at its levels and fp16,
+onnxruntime-genai's model builder (fp32, int4). The goldens in tests/models/real/ (the
 smallest of them, with onnxruntime's outputs and greedy tokens) run everywhere, CI included;
 beside them are Keras models through tf2onnx and PaddleOCR-shaped Paddle models through
 paddle2onnx, which need environments of their own (tools/export_tf_paddle_models.py).
@@ -115,7 +116,8 @@ def test_goldens_are_stored() -> None:
     assert {"optimum-bert", "optimum-gpt2", "ortopt-bert-o99", "ortopt-bert-o1-mha",
             "genai-llama-fp32", "tf2onnx-textcnn-op13", "tf2onnx-stacked-rnn-op15",
             "tf2onnx-mobilenetv3-op18", "tf2onnx-unet-op15", "paddle2onnx-db-detector-op11",
-            "paddle2onnx-crnn-op13", "paddle2onnx-svtr-rec-op17"} <= set(GOLDENS)  # fmt: skip
+            "paddle2onnx-crnn-op13", "paddle2onnx-svtr-rec-op17",
+            *rx.DYNAMO_GOLDENS} <= set(GOLDENS)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", GOLDENS)
@@ -412,3 +414,33 @@ def test_genai_model_builder(
         feeds = rx.feeds_for(path, **options)
         worst = max(worst, _matches_onnxruntime(path, feeds, tolerance))
     record_property(MAX_DIFFERENCE, worst)
+
+
+# -- torch's default exporter (dynamo) ------------------------------------------------------------
+
+# A few cases of tests/dynamo_exports.py that export in a second or two each, through different
+# paths: the exporter's defaults (opset 20, weights in a .onnx.data file beside the model),
+# opset 18 and 23 (ONNX's Attention), and every dimension dynamic, run at another batch and
+# length than the export's. tools/dynamo_export_sweep.py runs them all.
+DYNAMO = [
+    ("hf-llama", "dynamic"), ("hf-gpt2-with-past", "default"), ("timm-convnext-atto", "opset18"),
+    ("sdpa-causal", "opset23"), ("gather-scatter-index", "default"),
+]  # fmt: skip
+DYNAMO_VARIANTS = {"default": {}, "opset18": {"opset": 18}, "opset23": {"opset": 23},
+                   "dynamic": {"dynamic": True}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "variant"), DYNAMO, ids=[f"{c}-{v}" for c, v in DYNAMO])
+def test_dynamo_export(case: str, variant: str, tmp_path: Path, record_property: Callable) -> None:
+    """`torch.onnx.export(module, args, path)` as a new user calls it, in fast and exact mode."""
+    _skip_unless("onnxruntime", "torch", "onnxscript", "torchvision", "timm", "transformers")
+    import dynamo_exports as dx
+
+    path, args = dx.export_dynamo(case, tmp_path, **DYNAMO_VARIANTS[variant])
+    assert path.with_suffix(".onnx.data").exists() or variant != "default"
+    if variant == "dynamic":
+        args = dx.args_for(case, 3)
+    feeds = dx.feeds_for_args(path, args)
+    worst = _matches_onnxruntime(path, feeds)
+    exact = onemodel.SessionOptions(mode=onemodel.ExecutionMode.EXACT)
+    record_property(MAX_DIFFERENCE, max(worst, _matches_onnxruntime(path, feeds, options=exact)))

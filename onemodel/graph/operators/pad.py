@@ -31,7 +31,10 @@ _FILL_BORDERS_ABOVE = 1 << 20
 
 
 class PadOp(Operator):
-    """Pad in mode constant, reflect, edge or wrap (opset 19).
+    """Pad in mode constant, reflect, edge or wrap.
+
+    Wrap is opset 19's, but taken at every opset, as onnxruntime takes it: torch's dynamo
+    exporter writes it for F.pad(mode="circular") at opset_version=18 too.
 
     Pads are the `paddings` (opset 1) or `pads` (2-10) attribute, or input 1 (11+) restricted
     to the axes of input 3 (18+); the constant is the `value` attribute before 11, input 2
@@ -43,7 +46,7 @@ class PadOp(Operator):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.mode = str(node.attr("mode", "constant"))
-        modes = ("constant", "reflect", "edge", *(("wrap",) if node.opset >= 19 else ()))
+        modes = ("constant", "reflect", "edge", "wrap")
         if self.mode not in modes:
             raise node.invalid(f"Pad mode '{self.mode}' is not one of {list(modes)}")
         self.pads_attribute: list[int] | None = None
