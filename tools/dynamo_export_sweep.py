@@ -22,13 +22,13 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import dynamo_exports as dx
+from output_difference import first_difference
 
 import onemodel
 
@@ -42,29 +42,6 @@ VARIANTS = {
 }
 
 
-def _tolerance(dtype: np.dtype) -> dict[str, float]:
-    """float16 within a few of its ulps (2**-10 at 1); float32 and wider as the issue asks."""
-    return {"rtol": 1e-2, "atol": 1e-2} if dtype == np.float16 else {"rtol": 1e-3, "atol": 1e-4}
-
-
-def _difference(got: list[Any], want: list[np.ndarray]) -> str | None:
-    """None when every output matches, else what differs first."""
-    if len(got) != len(want):
-        return f"{len(got)} outputs, not {len(want)}"
-    for index, (have, expected) in enumerate(zip(got, want, strict=True)):
-        have = np.asarray(have)
-        if have.dtype != expected.dtype or have.shape != expected.shape:
-            return f"output {index}: {have.dtype}{have.shape}, not {expected.dtype}{expected.shape}"
-        if expected.dtype.kind in "biu":
-            if not np.array_equal(have, expected):
-                return f"output {index}: integers differ"
-        elif expected.size and not np.allclose(have, expected, equal_nan=True,
-                                               **_tolerance(expected.dtype)):  # fmt: skip
-            gap = np.nanmax(np.abs(have.astype(np.float64) - expected))
-            return f"output {index}: max abs difference {gap:.3g}"
-    return None
-
-
 def _run_onemodel(path: Path, feeds: dict, want: list, mode: onemodel.ExecutionMode) -> str:
     stage = "load"
     try:
@@ -75,7 +52,7 @@ def _run_onemodel(path: Path, feeds: dict, want: list, mode: onemodel.ExecutionM
         return f"{stage} SessionError: {str(error)[:300]}"
     except Exception as error:
         return f"{stage} CRASH {type(error).__name__}: {str(error)[:300]}"
-    wrong = _difference(got, want)
+    wrong = first_difference(got, want)
     return f"WRONG {wrong}" if wrong else "ok"
 
 

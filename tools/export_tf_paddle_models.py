@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from output_difference import first_difference
 
 SEED = 0
 KERAS_OPSETS = (13, 15, 18)
@@ -774,20 +775,6 @@ def export_paddle(out: Path) -> None:
 # -- checking against onnxruntime ---------------------------------------------------------------
 
 
-def _compare(got: list[Any], want: list[np.ndarray]) -> str | None:
-    for index, (have, expected) in enumerate(zip(got, want, strict=True)):
-        have = np.asarray(have)
-        if have.dtype != expected.dtype or have.shape != expected.shape:
-            return f"output {index}: {have.dtype}{have.shape}, not {expected.dtype}{expected.shape}"
-        if expected.dtype.kind in "biu":
-            if not np.array_equal(have, expected):
-                return f"output {index}: integers differ"
-        elif not np.allclose(have, expected, rtol=1e-3, atol=1e-4, equal_nan=True):
-            gap = np.nanmax(np.abs(have.astype(np.float64) - expected))
-            return f"output {index}: max abs difference {gap:.3g}"
-    return None
-
-
 def _other_feeds(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The feeds again at other extents of the dynamic dims (batch 3; a multiple of 32 grown
     by 32, other lengths by 3), to run one session at two shapes."""
@@ -866,7 +853,7 @@ def _check_one(path: Path, out: Path, options: Any) -> None:
         verdicts = []
         for feeds, want in zip(runs, wants, strict=True):
             try:
-                wrong = _compare(session.run(None, feeds), want)
+                wrong = first_difference(session.run(None, feeds), want)
                 verdicts.append("WRONG " + wrong if wrong else "ok")
             except Exception as error:
                 verdicts.append(f"run failed: {type(error).__name__}: {str(error)[:300]}")
