@@ -217,14 +217,13 @@ class LoopOp(ControlFlow):
         carried = list(inputs[2 : len(declared)])
         scans: list[list[Array]] = []
         placed: dict[int, Array] = {}  # stacked outputs the body wrote in place
+        outer = [inputs[i] for i in self.outer]
         if going and limit > 0:  # what a body's run returns is its own: no copy needed
-            outer = [inputs[i] for i in self.outer]
             carried = self._iterate(ctx, limit, carried, outer, scans, placed)
         else:
             carried = [_copy(xp, v) for v in carried]
         first = None
         if not scans and len(placed) < self.scan_count:  # the first iteration's inputs
-            outer = [inputs[i] for i in self.outer]
             counter, going_in = xp.zeros((), np.int64), xp.ones((), np.bool_)
             first = [counter, going_in, *carried, *outer]
         stacked = [
