@@ -105,6 +105,26 @@ def test_constant_subgraphs_fold_once_with_the_run_bits():
     assert_same_bits(proto, {"x": RNG.standard_normal(3).astype(np.float32)})
 
 
+def test_a_generated_weight_folds_up_to_the_session_limit(monkeypatch):
+    """A ConstantOfShape weight (the light models' fully connected layers reach 151 MB) folds,
+    so runs stop allocating and filling it; one above the limit stays a step."""
+    from onemodel.graph.passes import fold_constants
+
+    shape = np.int64([5120, 4096])  # 80 MiB
+    nodes = [
+        helper.make_node("ConstantOfShape", ["s"], ["w"], value=const("v", np.float32([0.5]))),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
+    proto = model_of(
+        nodes, [tensor("x", [1, 5120])], [tensor("y", [1, 4096])], [const("s", shape)]
+    )
+    x = RNG.standard_normal((1, 5120)).astype(np.float32)
+    assert op_types(session(proto, OptimizationLevel.BASIC)) == ["MatMul"]
+    assert_same_bits(proto, {"x": x}, OptimizationLevel.BASIC)
+    monkeypatch.setattr(fold_constants, "SESSION_FOLD_LIMIT_BYTES", 64 * 1024 * 1024)
+    assert op_types(session(proto, OptimizationLevel.BASIC)) == ["ConstantOfShape", "MatMul"]
+
+
 def test_transposes_compose_and_cancel():
     x = tensor("x", [2, 3, 4])
     composing = [
