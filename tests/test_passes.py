@@ -115,9 +115,7 @@ def test_a_generated_weight_folds_up_to_the_session_limit(monkeypatch):
         helper.make_node("ConstantOfShape", ["s"], ["w"], value=const("v", np.float32([0.5]))),
         helper.make_node("MatMul", ["x", "w"], ["y"]),
     ]
-    proto = model_of(
-        nodes, [tensor("x", [1, 5120])], [tensor("y", [1, 4096])], [const("s", shape)]
-    )
+    proto = model_of(nodes, [tensor("x", [1, 5120])], [tensor("y", [1, 4096])], [const("s", shape)])
     x = RNG.standard_normal((1, 5120)).astype(np.float32)
     assert op_types(session(proto, OptimizationLevel.BASIC)) == ["MatMul"]
     assert_same_bits(proto, {"x": x}, OptimizationLevel.BASIC)
@@ -242,6 +240,34 @@ def test_batch_normalization_folds_into_a_gemm(trans_b):
     np.testing.assert_allclose(
         results(proto, {"x": x}, OptimizationLevel.BASIC)[0], plain, rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_transposed_gemm_weight_is_laid_out_once_unless_shared():
+    b = RNG.standard_normal((5, 6)).astype(np.float32)
+    c = RNG.standard_normal(5).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1, alpha=0.5)]
+    proto = model_of(
+        nodes, [tensor("x", [3, 6])], [tensor("y", [3, 5])], [const("b", b), const("c", c)]
+    )
+    sess = session(proto, OptimizationLevel.BASIC)
+    (gemm,) = sess._graph.nodes
+    assert gemm.info.attributes["transB"] == 0
+    x = RNG.standard_normal((3, 6)).astype(np.float32)
+    np.testing.assert_allclose(
+        sess.run(None, {"x": x})[0], onnxruntime_run(proto, {"x": x})[0], rtol=1e-5, atol=1e-5
+    )
+    exact = session(proto, OptimizationLevel.BASIC, mode=ExecutionMode.EXACT)
+    assert exact._graph.nodes[0].info.attributes["transB"] == 1
+    shared = [*nodes, helper.make_node("Gemm", ["x", "b"], ["z"], transB=1)]
+    proto = model_of(
+        shared,
+        [tensor("x", [3, 6])],
+        [tensor("y", [3, 5]), tensor("z", [3, 5])],
+        [const("b", b), const("c", c)],
+    )
+    assert [
+        n.info.attributes["transB"] for n in session(proto, OptimizationLevel.BASIC)._graph.nodes
+    ] == [1, 1]
 
 
 def test_matmul_add_and_activation_fuse_into_one_step_with_the_same_bits():

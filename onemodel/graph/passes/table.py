@@ -16,6 +16,7 @@ from onemodel.graph.passes.recognise_attention import RecogniseAttention
 from onemodel.graph.passes.recognise_gelu import RecogniseGelu
 from onemodel.graph.passes.recognise_layer_norm import RecogniseLayerNormalization
 from onemodel.graph.passes.remove_no_ops import RemoveNoOps
+from onemodel.graph.passes.transpose_gemm_weight import TransposeGemmWeight
 
 PASSES: tuple[GraphPass, ...] = (
     RemoveNoOps(),
@@ -24,6 +25,7 @@ PASSES: tuple[GraphPass, ...] = (
     FoldBatchNormalization(),
     FoldConvBias(),
     FoldConvAffine(),
+    TransposeGemmWeight(),
     RecogniseLayerNormalization(),
     RecogniseGelu(),
     RecogniseAttention(),
