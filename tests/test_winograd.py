@@ -156,4 +156,16 @@ def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(
     ],
 )
 def test_the_block_size_follows_the_tiles_of_the_output(batch, out_spatial, dilations, block):
-    assert winograd.winograd_block(batch, out_spatial, dilations) == block
+    assert winograd.winograd_block(batch, out_spatial, dilations, 128 * 128) == block
+
+
+@pytest.mark.parametrize(
+    "batch, out_spatial, block",
+    [
+        (1, (7, 7), None),  # ResNet-50's last stage, one image: F(2×2)'s 16.8 MB for 16 tiles
+        (8, (7, 7), 4),  # eight images: 32 F(4×4) tiles use each element of U enough
+        (1, (14, 14), 2),  # 49 F(2×2) tiles
+    ],
+)
+def test_a_filter_streamed_from_memory_needs_more_tiles(batch, out_spatial, block):
+    assert winograd.winograd_block(batch, out_spatial, (1, 1), 512 * 512) == block

@@ -78,6 +78,13 @@ _MIN_COLUMNS = {4: 16, 2: 16}
 #   128 → 128 at 28×28 (49 columns): F2 0.68-0.80, F4 0.43-0.44
 _WIDE_COLUMNS = 32
 _TIGHT_COVER = 1.15
+# A transformed filter larger than this needs `_WIDE_COLUMNS` tile columns, else the direct path:
+# in a whole model the weights come from memory, not cache, every run, and U is (m + 2)²/9 times
+# W's size while few columns reuse each of its elements little. 512 → 512 at 7×7, one image
+# (F2: 16 columns, U 16.8 MB), three ResNet-50 bottlenecks in one session, Intel Xeon, 1 thread:
+# 20.5-21.8 ms with F2 against 18.1-18.6 direct (onnxruntime 9.4-10.2); 256 → 256 at 14×14 (F2:
+# 49 columns, U 4.2 MB) 11.7-11.8 against 11.4-11.6, so smaller filters keep Winograd.
+_STREAMED_FILTER_BYTES = 8 << 20
 # The fewest multiply-adds of the direct sum (M·C·9·outputs) it takes: below, the transforms'
 # dozen calls cost more than they save (32 → 32 at 16×16 2.4M: F4 1.17× the direct time; 64 →
 # 64 at 10×10 3.7M: F2 1.06×; 48 → 48 at 16×16 5.3M: F4 0.86×; 96 → 96 at 8×8: F2 0.84×).
@@ -132,7 +139,11 @@ class WinogradFilters:
     ) -> WinogradFilter | None:
         """The transform for `batch` outputs of `out_spatial`, or None: the direct path."""
         products = math.prod(self._w.shape) * batch * math.prod(out_spatial)
-        block = winograd_block(batch, out_spatial, dilations) if products >= _MIN_PRODUCTS else None
+        block = (
+            winograd_block(batch, out_spatial, dilations, self._w.shape[0] * self._w.shape[1])
+            if products >= _MIN_PRODUCTS
+            else None
+        )
         if block is None:
             return None
         prepared = self._by_block.get(block)
@@ -156,20 +167,25 @@ def winograd_filter(w: np.ndarray, group: int) -> WinogradFilters | None:
 
 
 def winograd_block(
-    batch: int, out_spatial: tuple[int, ...], dilations: tuple[int, ...]
+    batch: int, out_spatial: tuple[int, ...], dilations: tuple[int, ...], pairs: int
 ) -> int | None:
     """F(4×4) where its tiles are many or cover the output tightly, else F(2×2) where its
-    tiles fill the GEMMs, else None (see `_WIDE_COLUMNS`)."""
+    tiles fill the GEMMs, else None (see `_WIDE_COLUMNS`); `pairs` (output · input channels)
+    sizes the transformed filter (`_STREAMED_FILTER_BYTES`)."""
     (out_h, out_w), (dh, dw) = out_spatial, dilations
     rows, cols = -(-out_h // dh), -(-out_w // dw)  # outputs per residue and axis
 
     def columns(m: int) -> int:
         return batch * dh * dw * -(-rows // m) * -(-cols // m)
 
+    def fills(m: int) -> bool:
+        streamed = (m + 2) ** 2 * pairs * 4 > _STREAMED_FILTER_BYTES
+        return columns(m) >= (_WIDE_COLUMNS if streamed else _MIN_COLUMNS[m])
+
     cover = 16 * -(-rows // 4) * -(-cols // 4) / (rows * cols)
-    if columns(4) >= _WIDE_COLUMNS or (columns(4) >= _MIN_COLUMNS[4] and cover <= _TIGHT_COVER):
+    if columns(4) >= _WIDE_COLUMNS or (fills(4) and cover <= _TIGHT_COVER):
         return 4
-    return 2 if columns(2) >= _MIN_COLUMNS[2] else None
+    return 2 if fills(2) else None
 
 
 def transformed_filter(w: np.ndarray, block: int) -> WinogradFilter:
