@@ -1,5 +1,5 @@
-"""The pattern passes: layer norm, GELU and scaled dot-product attention written out op by op
-become one LayerNormalization, Gelu or Attention.
+"""The pattern passes: layer norm, GELU, SiLU and scaled dot-product attention written out op by
+op become one LayerNormalization, Gelu, Swish or Attention.
 
 Each variant is a small onnx.helper graph in the form an exporter writes; the test checks that
 the pass fires (the compiled graph's operators), that results match onnxruntime and the same
@@ -31,7 +31,10 @@ from onemodel.graph.importer import model_from_proto
 from onemodel.graph.passes.table import selected
 
 MODELS = Path(__file__).parent / "models"
-PATTERN_PASSES = {"recognise-layer-normalization", "recognise-gelu", "recognise-attention"}
+PATTERN_PASSES = {
+    "recognise-layer-normalization", "recognise-gelu", "recognise-swish", "recognise-attention",
+}  # fmt: skip
+PATTERN_OPERATORS = {"LayerNormalization", "Gelu", "Swish", "Attention"}
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 RNG = np.random.default_rng(5)
 
@@ -107,13 +110,13 @@ def feeds_for(model: onnx.ModelProto, dtype=np.float32) -> dict[str, np.ndarray]
 
 def check(model: onnx.ModelProto, fires: str | None, *, oracle: bool = True, **tolerance):
     """The pass fires (`fires` is among the operators after compilation, or, when None, none
-    of the three pattern operators is), and results match onnxruntime and no passes."""
+    of the pattern operators is), and results match onnxruntime and no passes."""
     tolerance = tolerance or TOLERANCE
     feeds = feeds_for(model)
     optimised = session(model)
     found = operators(optimised)
     if fires is None:
-        assert not {"LayerNormalization", "Gelu", "Attention"} & set(found), found
+        assert not PATTERN_OPERATORS & set(found), found
     else:
         assert fires in found, found
     got = optimised.run(None, feeds)
@@ -305,6 +308,55 @@ def test_gelu_left_alone(model):
     check(model, None)
 
 
+# -- SiLU --------------------------------------------------------------------------------------
+
+
+def silu(*, swap=False, gate_is_output=False, other=False, conv=False, opset=14, dtype=np.float32):
+    """x · Sigmoid(x) as PyTorch exports nn.SiLU below opset 24, after a Conv when `conv`;
+    `other`: the Sigmoid of another value than the Mul's other operand."""
+    b = Builder(dtype)
+    x = "x"
+    if conv:
+        weight = b.const(RNG.standard_normal((4, 3, 3, 3)) * 0.3)
+        x = b.op("Conv", x, weight, b.const(RNG.standard_normal(4)), pads=[1, 1, 1, 1])
+    gate = b.op("Sigmoid", b.op("Neg", x) if other else x)
+    y = b.binary("Mul", x, gate, swap)
+    outputs = [y, gate] if gate_is_output else [y]
+    return b.model({"x": (2, 3, 5, 5) if conv else (4, 16)}, outputs, opset)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_silu_becomes_one_swish(swap):
+    assert check(silu(swap=swap), "Swish") == ["Swish"]
+
+
+def test_silu_after_a_conv_is_the_conv_steps_tail():
+    optimised = session(silu(conv=True))
+    assert [node.info.op_type for node in optimised._graph.nodes] == ["fused(Conv+Swish)"]
+    check(silu(conv=True), "Swish")
+
+
+def test_swish_in_a_model_of_opset_24_uses_its_opset():
+    (node,) = session(silu(opset=24))._graph.nodes
+    assert (node.info.op_type, node.info.opset) == ("Swish", 24)
+
+
+def test_float16_silu_becomes_one_swish():
+    model = silu(dtype=np.float16)
+    feeds = feeds_for(model, np.float16)
+    optimised = session(model)
+    assert operators(optimised) == ["Swish"]
+    want = session(model, optimization_level=OptimizationLevel.NONE).run(None, feeds)[0]
+    np.testing.assert_allclose(optimised.run(None, feeds)[0], want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize(
+    "model", [silu(gate_is_output=True), silu(other=True)], ids=["gate-is-output", "other-value"]
+)
+def test_silu_left_alone(model):
+    check(model, None)
+
+
 # -- attention ---------------------------------------------------------------------------------
 
 B, H, S, T, D = 2, 3, 5, 6, 4
@@ -427,8 +479,8 @@ def test_pattern_passes_run_at_level_all_in_fast_mode_only():
 
 @pytest.mark.parametrize(
     "model",
-    [layer_norm(square="mul"), erf_gelu(), attention(key_layout="bhtd")],
-    ids=["layer-norm", "gelu", "attention"],
+    [layer_norm(square="mul"), erf_gelu(), silu(), attention(key_layout="bhtd")],
+    ids=["layer-norm", "gelu", "silu", "attention"],
 )
 @pytest.mark.parametrize(
     "options",
@@ -446,7 +498,7 @@ def test_exact_mode_and_basic_level_keep_the_pattern(model, options):
     except SessionError as error:
         assert error.kind is ErrorKind.EXACT_MODE_UNAVAILABLE, error
         found = list(error.operators)
-    assert not {"LayerNormalization", "Gelu", "Attention"} & set(found), found
+    assert not PATTERN_OPERATORS & set(found), found
 
 
 def _stored(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

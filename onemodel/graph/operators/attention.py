@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from onemodel.backends import activations as activation_kernels
 from onemodel.backends import exact_activations
 from onemodel.backends.exact_arrays import exp64
 from onemodel.backends.exact_elementary import tanh64
@@ -964,9 +965,15 @@ class CausalConvWithStateOp(Operator):
 
 
 class SwishOp(WithAlpha):
-    """Swish (opset 24): x · sigmoid(alpha · x)."""
+    """Swish (opset 24): x · sigmoid(alpha · x); SiLU for alpha 1 (the recognise-swish pass
+    makes it from x · Sigmoid(x)). float32 and narrower in fast mode:
+    `backends.activations.swish`."""
 
     default_alpha = 1.0
+    fast_kernel = (activation_kernels.swish, 1)
+
+    def fast_parameters(self) -> tuple:
+        return (self.alpha,)
 
     def formula(self, xp: Any, x: Array) -> Array:
         return x / (1.0 + xp.exp(-self.alpha * x))

@@ -14,8 +14,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from onemodel.backends import activations as activation_kernels
-from onemodel.backends import exact_activations
 from onemodel.backends.activations import float32_kernel
 from onemodel.backends.broadcasting import ufunc_into
 from onemodel.backends.fp_errors import quiet
@@ -27,6 +25,7 @@ from onemodel.graph.operators.attention import (
     ExactAttentionMath,
     RMSNormalizationOp,
     RotaryEmbeddingOp,
+    SwishOp,
 )
 from onemodel.graph.operators.base import (
     MICROSOFT,
@@ -64,21 +63,10 @@ def _working_type(xp: Any, dtype: Any) -> Any:
 # -- fused activations ------------------------------------------------------------------------
 
 
-class QuickGelu(activations.WithAlpha):
-    """x · sigmoid(alpha · x), alpha 1.702 by default (the sigmoid approximation of Gelu; 1:
-    SiLU). float32 and narrower in fast mode: `backends.activations.swish`."""
+class QuickGelu(SwishOp):
+    """Swish with alpha 1.702 by default (the sigmoid approximation of Gelu; 1: SiLU)."""
 
     default_alpha = 1.702
-    fast_kernel = (activation_kernels.swish, 1)
-
-    def fast_parameters(self) -> tuple:
-        return (self.alpha,)
-
-    def formula(self, xp: Any, x: Array) -> Array:
-        return x / (1.0 + xp.exp(-self.alpha * x))
-
-    def exact_formula(self, xp: Any, x: Array) -> Array:
-        return exact_activations.swish(xp, x, self.alpha)
 
 
 class BiasActivation(Operator):

@@ -19,7 +19,7 @@ ELEMENTWISE = frozenset({
     "Add", "Sub", "Mul", "Div", "Max", "Min", "Abs", "Neg", "Reciprocal", "Sqrt", "Exp", "Log",
     "Erf", "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
     "Selu", "Celu", "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Clip", "Sin",
-    "Cos", "Floor", "Ceil",
+    "Cos", "Floor", "Ceil", "Swish",
 })  # fmt: skip
 # Operators an element-wise tail may follow.
 HEADS = (

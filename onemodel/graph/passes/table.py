@@ -15,6 +15,7 @@ from onemodel.graph.passes.pass_graph import PassGraph
 from onemodel.graph.passes.recognise_attention import RecogniseAttention
 from onemodel.graph.passes.recognise_gelu import RecogniseGelu
 from onemodel.graph.passes.recognise_layer_norm import RecogniseLayerNormalization
+from onemodel.graph.passes.recognise_swish import RecogniseSwish
 from onemodel.graph.passes.remove_no_ops import RemoveNoOps
 from onemodel.graph.passes.transpose_gemm_weight import TransposeGemmWeight
 
@@ -28,6 +29,7 @@ PASSES: tuple[GraphPass, ...] = (
     TransposeGemmWeight(),
     RecogniseLayerNormalization(),
     RecogniseGelu(),
+    RecogniseSwish(),
     RecogniseAttention(),
     FuseElementwise(),
 )
