@@ -242,3 +242,49 @@ def test_held_constant_operands_give_the_unbound_bits() -> None:
     _assert_same_bits(fast, unbound, {"x": x})
     _assert_same_bits(fast, unbound, {"x": x[::-1].copy()})  # the held arrays are not written
     assert _bound_count(fast) >= 1
+
+
+def _held_chain() -> bytes:
+    """One fused chain of small element-wise steps, each with a constant operand on either
+    side (Sub's order matters), broadcasting or full."""
+    rng = np.random.default_rng(11)
+
+    def weight(name: str, shape: tuple[int, ...]) -> object:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["a"]),
+        helper.make_node("Sub", ["column", "a"], ["s"]),
+        helper.make_node("Mul", ["s", "full"], ["m"]),
+        helper.make_node("Sub", ["m", "row"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "held_chain",
+        [helper.make_tensor_value_info("x", F, [3, 16])],
+        [helper.make_tensor_value_info("y", F, [3, 16])],
+        [weight("bias", (16,)), weight("column", (3, 1)), weight("full", (3, 16)),
+         weight("row", (1, 16))],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_fused_chain_calls_each_members_ufunc_on_its_held_operand() -> None:
+    """A bound binary step with a constant operand says what it holds (`HeldOperand`), and a
+    fused chain of such members calls the ufuncs itself: the unbound bits, either side."""
+    fast, unbound = _sessions(_held_chain().SerializeToString())
+    (step,) = fast._graph.nodes
+    assert step.info.op_type == "fused(Add+Sub+Mul+Sub)"
+    x = np.random.default_rng(12).standard_normal((3, 16)).astype(np.float32)
+    x[1, :3] = [np.nan, np.inf, -0.0]
+    _assert_same_bits(fast, unbound, {"x": x})
+    _assert_same_bits(fast, unbound, {"x": x + 1})
+    (plan,) = fast.plans()
+    (bound,) = RunState(plan).steps
+    (links,) = [cell.cell_contents for cell in bound.call.__closure__ or ()]
+    forms = [(link[0], link[1], link[2].shape) for link in links[1:]]  # the first reads x
+    assert forms == [
+        (np.subtract, "ufunc(held, previous)", (3, 16)),  # the column held full
+        (np.multiply, "ufunc(previous, held)", (3, 16)),
+        (np.subtract, "ufunc(previous, held)", (3, 16)),
+    ]

@@ -25,6 +25,7 @@ from onemodel.graph.operators.base import (
     Array,
     BoundCall,
     BoundStep,
+    HeldOperand,
     InferContext,
     NodeInfo,
     OpDef,
@@ -164,6 +165,7 @@ class BinaryUfunc(ElementwiseBinary):
             def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
                 ufunc(inputs[0], held, outputs[0])
 
+            call.held_operand = HeldOperand(ufunc, 1, held)  # type: ignore[attr-defined]
             return call
         if second is None and first is not None:
             held = held_operand(ctx.xp, first, shape)
@@ -171,6 +173,7 @@ class BinaryUfunc(ElementwiseBinary):
             def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
                 ufunc(held, inputs[1], outputs[0])
 
+            call.held_operand = HeldOperand(ufunc, 0, held)  # type: ignore[attr-defined]
             return call
 
         def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:

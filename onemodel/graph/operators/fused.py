@@ -160,7 +160,12 @@ class Fused(PreparesConstants):
             bound = member.operator.bind(ctx, member_step)
             bound_any = bound_any or bound is not None
             target = None if scratch is None else ctx.xp.empty(*scratch)
-            links.append((bound or call, *_arguments(sources, len(step.specs)), target))
+            held = getattr(bound, "held_operand", None)
+            if held is not None and sources[1 - held.position] == PREVIOUS:
+                form = _HELD_SECOND if held.position else _HELD_FIRST
+                links.append((held.ufunc, form, held.value, sources, target))
+            else:
+                links.append((bound or call, *_arguments(sources, len(step.specs)), target))
             previous = member_specs[index]
         if not bound_any:
             return None
@@ -172,6 +177,14 @@ class Fused(PreparesConstants):
             for member_call, form, k, sources, target in links_run:
                 if target is None:
                     target = out
+                if form is _HELD_SECOND:  # ufunc(previous, held): k is the held operand
+                    member_call(previous, k, target)
+                    previous = target
+                    continue
+                if form is _HELD_FIRST:
+                    member_call(k, previous, target)
+                    previous = target
+                    continue
                 if form is _PREVIOUS_AND_INPUT:
                     arguments = (previous, inputs[k])
                 elif form is _INPUT_AND_PREVIOUS:
@@ -226,9 +239,11 @@ class Chain:
             ctx.kernels.run_elementwise_chain(self.tail.source, previous, operands, out)
 
 
-# How a bound chain forms a member's inputs (`_arguments`).
+# How a bound chain forms a member's inputs (`_arguments`), or calls a member's ufunc itself
+# on the previous result and the operand its bound call holds (`HeldOperand`).
 _INPUTS, _PICKED, _PREVIOUS = "inputs", "picked", "previous"
 _PREVIOUS_AND_INPUT, _INPUT_AND_PREVIOUS, _GENERAL = "previous+input", "input+previous", "any"
+_HELD_SECOND, _HELD_FIRST = "ufunc(previous, held)", "ufunc(held, previous)"
 
 
 def _arguments(sources: tuple[int | None, ...], count: int) -> tuple[str, Any, tuple]:
