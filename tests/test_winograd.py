@@ -153,6 +153,11 @@ def test_conv_arrays_takes_winograd_where_it_pays_and_agrees_either_way(
         (1, (6, 6), (1, 1), None),  # 9 F(2×2) tiles: the direct path
         (1, (16, 16), (2, 2), 4),  # four residue images of 8×8: 16 tiles, exact cover
         (1, (10, 10), (2, 2), 2),
+        # DeepLabV3's atrous rates over 14×14: the residues hold 2×2 or 1×1 outputs, so
+        # F(4×4) would compute 2304 outputs for 196 and F(2×2) 576 (rate 6: 576 and 324)
+        (1, (14, 14), (12, 12), None),
+        (1, (14, 14), (6, 6), None),
+        (1, (33, 33), (12, 12), 4),  # 2.1 outputs per output: F(4×4) still saves half
     ],
 )
 def test_the_block_size_follows_the_tiles_of_the_output(batch, out_spatial, dilations, block):

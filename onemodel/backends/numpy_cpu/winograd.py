@@ -78,6 +78,12 @@ _MIN_COLUMNS = {4: 16, 2: 16}
 #   128 → 128 at 28×28 (49 columns): F2 0.68-0.80, F4 0.43-0.44
 _WIDE_COLUMNS = 32
 _TIGHT_COVER = 1.15
+# The most outputs a block size's tiles may compute per output the convolution has: F(4×4)
+# makes 36 products per 16 outputs and F(2×2) 16 per 4 against the direct 9, so a cover beyond
+# these leaves little or nothing of the saving for the transforms. A large dilation makes the
+# residues small (DeepLabV3's rate 12 at 14×14: 2×2 outputs per residue; F4 covered 2304 for
+# 196 outputs, F2 576), and its layer took 61 ms against the direct path's 4.
+_MAX_COVER = {4: 2.5, 2: 1.6}
 # A transformed filter larger than this needs `_WIDE_COLUMNS` tile columns, else the direct path:
 # in a whole model the weights come from memory, not cache, every run, and U is (m + 2)²/9 times
 # W's size while few columns reuse each of its elements little. 512 → 512 at 7×7, one image
@@ -182,10 +188,14 @@ def winograd_block(
         streamed = (m + 2) ** 2 * pairs * 4 > _STREAMED_FILTER_BYTES
         return columns(m) >= (_WIDE_COLUMNS if streamed else _MIN_COLUMNS[m])
 
-    cover = 16 * -(-rows // 4) * -(-cols // 4) / (rows * cols)
-    if columns(4) >= _WIDE_COLUMNS or (fills(4) and cover <= _TIGHT_COVER):
+    def cover(m: int) -> float:  # outputs computed (every residue's tiles) per output
+        return m * m * dh * dw * -(-rows // m) * -(-cols // m) / (out_h * out_w)
+
+    if cover(4) <= _MAX_COVER[4] and (
+        columns(4) >= _WIDE_COLUMNS or (fills(4) and cover(4) <= _TIGHT_COVER)
+    ):
         return 4
-    return 2 if fills(2) else None
+    return 2 if fills(2) and cover(2) <= _MAX_COVER[2] else None
 
 
 def transformed_filter(w: np.ndarray, block: int) -> WinogradFilter:

@@ -23,6 +23,7 @@ from onemodel.graph.operators.base import (
     RunContext,
     TensorSpec,
 )
+from onemodel.graph.operators.conv_taps import LiveTaps, live_taps, run_live_taps
 from onemodel.graph.operators.prepared import PreparesConstants
 from onemodel.tensors import DType
 
@@ -251,6 +252,35 @@ class ConvOp(Convolution, PreparesConstants):
             return ctx.kernels.exact_conv_weights(w, self.group)
         return ctx.kernels.conv_weights(w, self.group)
 
+    def prepare_for_plan(
+        self,
+        ctx: RunContext,
+        constants: Sequence[Array | None],
+        specs: Sequence[TensorSpec | None],
+    ) -> Any:
+        """`prepare`, or in fast mode for a dilated kernel of one group `LiveTaps`: each tap
+        over the outputs it reads x for (operators/conv_taps.py)."""
+        w, x = constants[1], specs[0]
+        if (
+            not ctx.exact
+            and self.group == 1
+            and w is not None
+            and x is not None
+            and len(x.shape) > 2
+            and all(isinstance(extent, int) for extent in x.shape)
+            and w.dtype in (ctx.xp.float32, ctx.xp.float64)
+            and x.numpy_dtype == w.dtype
+        ):
+            spatial = tuple(x.shape[2:])
+            placement = self.windows.place(spatial, tuple(w.shape[2:]))
+            taps = live_taps(
+                w, spatial, placement.strides, placement.pads_begin, placement.dilations,
+                placement.out_spatial, ctx.xp,
+            )  # fmt: skip
+            if taps is not None:
+                return taps
+        return self.prepare(ctx, constants)
+
     def bind(self, ctx: RunContext, step: BoundStep) -> BoundCall | None:
         """A constant W: the backend's held convolution (`held_conv`: its buffers, views and
         GEMMs made once for this run state, numpy_cpu/held_conv.py), falling back to
@@ -258,6 +288,8 @@ class ConvOp(Convolution, PreparesConstants):
         x, w, out = step.specs[0], step.specs[1], step.outputs[0]
         if step.prepared is None or step.constants[1] is None or 0 in out.shape:
             return None
+        if isinstance(step.prepared, LiveTaps):
+            return None  # run_prepared runs the taps
         placement = self.windows.place(x.shape[2:], w.shape[2:])
         held = ctx.kernels.held_conv(
             x.shape, x.numpy_dtype, out.shape, w.shape[2:], placement.strides,
@@ -282,8 +314,15 @@ class ConvOp(Convolution, PreparesConstants):
         if out.size == 0:  # batch 0 or no output channels: nothing to compute
             return
         placement = self.windows.place(x.shape[2:], w.shape[2:])
-        window = (placement.strides, placement.pads_begin, placement.dilations, self.group)
         bias = inputs[2] if len(inputs) > 2 else None
+        if isinstance(prepared, LiveTaps):
+            if prepared.spatial == tuple(x.shape[2:]):
+                run_live_taps(
+                    ctx.xp, ctx.kernels.matmul_arrays, prepared, x, out, bias, ctx.scratch
+                )
+                return
+            prepared = self.prepare(ctx, inputs)  # a run of another shape than the plan's
+        window = (placement.strides, placement.pads_begin, placement.dilations, self.group)
         if ctx.exact:
             ctx.kernels.exact_conv_arrays(x, w, out, *window, weights=prepared)
             self._add_bias(ctx, out, bias)

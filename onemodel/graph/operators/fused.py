@@ -102,7 +102,13 @@ class Fused(PreparesConstants):
         """The chain for one plan: where each member writes and what it calls, decided once
         instead of in every run (a run then does no look-ups or shape compares)."""
         member_specs = self._member_specs(specs)
-        return self._chain(ctx, self.prepare(ctx, constants), member_specs)
+        first = self.members[0]
+        prepared = None
+        if isinstance(first.operator, PreparesConstants):  # what the first settles per plan
+            prepared = first.operator.prepare_for_plan(
+                ctx, first.inputs(constants, None), first.inputs(specs, None)
+            )
+        return self._chain(ctx, prepared, member_specs)
 
     def run_prepared(
         self, ctx: RunContext, prepared: Any, inputs: Sequence[Array | None], outputs: Any
