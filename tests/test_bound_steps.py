@@ -174,6 +174,45 @@ def test_the_weight_product_gives_matmuls_bits(dtype: type) -> None:
                     assert out.tobytes() == expected.tobytes(), (m, k, n, b.flags.f_contiguous)
 
 
+class _MatmulShapes:
+    """numpy with its matmul recording the rank of each left operand it is given."""
+
+    def __init__(self) -> None:
+        self.ranks: list[int] = []
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, **kwargs: object) -> np.ndarray:
+        self.ranks.append(a.ndim)
+        return np.matmul(a, b, **kwargs)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(np, name)
+
+
+def test_a_stack_times_one_matrix_is_one_product_of_all_its_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """matmul_arrays multiplies a (2, 3, 5, 16) stack by a (16, 8) weight as one (30, 16)
+    matrix (np.matmul would run a GEMM per 5-row matrix, each packing the weight again), and
+    the bound step's weight_product gives those bits."""
+    kernels = onemodel.Session.load(f"{MODELS}/mlp.onnx").kernels
+    spy = _MatmulShapes()
+    monkeypatch.setattr(type(kernels), "xp", property(lambda self: spy))
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        a = rng.standard_normal((2, 3, 5, 16)).astype(dtype)
+        w = rng.standard_normal((16, 8)).astype(dtype)
+        out = np.empty((2, 3, 5, 8), dtype)
+        kernels.matmul_arrays(a, w, out)
+        assert spy.ranks[-1] == 2
+        assert out.tobytes() == np.matmul(a.reshape(30, 16), w).tobytes()
+        bound = np.empty_like(out)
+        kernels.weight_product(np.dtype(dtype), 4)(a, w, out=bound)
+        assert bound.tobytes() == out.tobytes()
+        strided = np.zeros((2, 3, 5, 16), dtype)[..., ::2]  # a view the product must reach
+        kernels.weight_product(np.dtype(dtype), 4)(a, w, out=strided)
+        np.testing.assert_allclose(strided, out, rtol=1e-6)
+
+
 def _embedding() -> bytes:
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     graph = helper.make_graph(

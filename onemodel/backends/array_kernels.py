@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from onemodel.backends.array_types import NARROW_FLOATS, Scratch, skewed
+from onemodel.backends.array_types import NARROW_FLOATS, Scratch, skewed, stacked_rows
 from onemodel.backends.convolution import ConvolutionKernels
 from onemodel.backends.flat_phases import flat_phases
 from onemodel.backends.fp_errors import quiet
@@ -233,6 +233,8 @@ class ArrayKernels(ConvolutionKernels):
         if a.dtype == dtype == b.dtype and dtype.itemsize >= 4 and out.flags.c_contiguous:
             # The common case first, without a set of the three types (a few µs a call on
             # the small products of streaming models).
+            if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:
+                a, out = stacked_rows(a, out)
             with quiet():
                 xp.matmul(a, b, out=out)
             return

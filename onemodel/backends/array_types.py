@@ -53,3 +53,11 @@ def skewed(allocate: Scratch) -> Scratch:
         return flat[skip:].reshape(tuple(shape))
 
     return allocate_skewed
+
+
+def stacked_rows(a: Any, out: Any) -> tuple[Any, Any]:
+    """A C-contiguous stack a (..., M, K) times one matrix as a single (rows, K) matrix, and
+    out (..., M, N) as (rows, N): NumPy's matmul runs one GEMM per matrix of a stack, each
+    packing the weight again (ConvNeXt's [1, 7, 7, 768] by [768, 3072]: 11.5 ms as seven
+    GEMMs of 7 rows, 3.8 ms as one of 49, AMD EPYC, one thread)."""
+    return a.reshape(-1, a.shape[-1]), out.reshape(-1, out.shape[-1])

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from onemodel.backends.array_kernels import ArrayKernels
-from onemodel.backends.array_types import Scratch
+from onemodel.backends.array_types import Scratch, stacked_rows
 from onemodel.backends.convolution import conv_geometry
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.depthwise import grouped_conv, held_grouped, takes_grouped
@@ -229,12 +229,12 @@ class NumpyKernels(ArrayKernels):
 
     def weight_product(self, dtype: Any, rank: int) -> Callable[..., Any] | None:
         """Matrices of float32 or float64: np.dot, the BLAS call np.matmul makes for them (the
-        same bits, tests/test_bound_steps.py) without the ufunc machinery's 0.8 µs. A batch
-        of them: np.matmul itself, which `matmul_arrays` calls for one type of 4 bytes or more
-        (np.dot on the flattened batch would sum in another order)."""
+        same bits, tests/test_bound_steps.py) without the ufunc machinery's 0.8 µs; a stack
+        of them as one matrix of all its rows, as `matmul_arrays` multiplies it. Other types
+        of 4 bytes or more: `matmul_arrays`' own np.matmul (integers sum exactly)."""
         if dtype not in _BLAS_TYPES:
             return np.matmul if rank > 2 and dtype.itemsize >= 4 else None
-        return np.dot if rank == 2 else np.matmul
+        return np.dot if rank == 2 else _stacked_dot
 
     def max_pool_arrays(
         self,
@@ -309,3 +309,13 @@ def _winograd_for(
     if weights.winograd is None:
         return None
     return weights.winograd.for_output(batch, tuple(out_spatial), tuple(dilations))
+
+
+def _stacked_dot(a: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    """out = a @ w as one np.dot over all the stack's rows; np.matmul where out is a strided
+    view (its reshape would be a copy the product never reaches)."""
+    if not out.flags.c_contiguous:
+        np.matmul(a, w, out=out)
+        return
+    rows, product = stacked_rows(a, out)
+    np.dot(rows, w, out=product)
