@@ -115,7 +115,7 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
     matrices = [m for weight in weights for m in weight.rows]
     if cells.projects(batch, x.shape[2], hidden):
         extended = np.ones((steps * batch, x.shape[2] + 1), np.float32)
-        projected = np.empty((steps * batch, weights[0].inputs.shape[0]), np.float32)
+        projected = np.empty((steps * batch, weights[0].inputs.shape[1]), np.float32)
         if batch == 1:  # gemvs row·M
             call = np.dot
             each = [held(np.ones((1, m.shape[0]), np.float32), m) for m in matrices]
@@ -139,7 +139,7 @@ def _primitives(case: bench_ops.OpCase) -> dict[str, object]:
     def products() -> None:
         if extended is not None:
             for weight in weights:
-                np.matmul(extended, weight.inputs.T, out=projected)
+                np.matmul(extended, weight.inputs, out=projected)
         for _ in range(steps):
             for a, b, out in each:
                 call(a, b, out)
