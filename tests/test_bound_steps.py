@@ -327,3 +327,42 @@ def test_a_fused_chain_calls_each_members_ufunc_on_its_held_operand() -> None:
         (np.multiply, "ufunc(previous, held)", (3, 16)),
         (np.subtract, "ufunc(previous, held)", (3, 16)),
     ]
+
+
+def _uniform_weight_products() -> bytes:
+    """MatMul and Gemm (transB) by weights that ConstantOfShape fills with 0.02, 1000 columns,
+    as the ONNX suite's light Inception-v1 classifier has."""
+    fill = helper.make_tensor("fill", TensorProto.FLOAT, [1], [0.02])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=fill),
+        helper.make_node("ConstantOfShape", ["wt_shape"], ["wt"], value=fill),
+        helper.make_node("MatMul", ["x", "w"], ["matmul"]),
+        helper.make_node("Gemm", ["x", "wt"], ["gemm"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "uniform",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+            for name in ("matmul", "gemm")
+        ],
+        [
+            numpy_helper.from_array(np.array([1024, 1000], np.int64), "w_shape"),
+            numpy_helper.from_array(np.array([1000, 1024], np.int64), "wt_shape"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def test_equal_weight_columns_give_equal_output_columns() -> None:
+    """A weight whose columns are all equal gives output columns with equal bits, bound or
+    not: a GEMM rounds its edge blocks' columns in another order, which a softmax over logits
+    of 1e20 (light Inception-v1) turns into 0.125 where 0.001 is the answer."""
+    x = np.random.default_rng(5).uniform(1e17, 1e20, (1, 1024)).astype(np.float32)
+    expected = x.astype(np.float64).sum(axis=1, keepdims=True) * np.float64(np.float32(0.02))
+    for session in _sessions(_uniform_weight_products()):
+        for y in session.run(None, {"x": x}):
+            assert (y == y[:, :1]).all()
+            np.testing.assert_allclose(y[:, :1], expected, rtol=1e-5)
