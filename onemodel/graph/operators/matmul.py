@@ -149,13 +149,23 @@ class MatrixProduct(PreparesConstants):
         """The matrices multiplied for inputs a and b (either may be None)."""
         raise NotImplementedError
 
+    def prepare_for_plan(
+        self,
+        ctx: RunContext,
+        constants: Sequence[Array | None],
+        specs: Sequence[TensorSpec | None],
+    ) -> Any:
+        """In fast mode, a constant weight of equal columns (`UniformColumns`): compared once
+        per plan, never in a run (on a device, the comparison is a copy to the host)."""
+        if ctx.exact:
+            return self.prepare(ctx, constants)
+        return uniform_columns(ctx.xp, self._operands(None, constants[1])[1])
+
     def prepare(self, ctx: RunContext, constants: Sequence[Array | None]) -> Any:
         given = [c for c in constants[:2] if c is not None]
-        if not given or given[0].dtype.kind != "f":
+        if not ctx.exact or not given or given[0].dtype.kind != "f":
             return None
         a, b = self._operands(constants[0], constants[1])
-        if not ctx.exact:
-            return uniform_columns(ctx.xp, b)
         kernels = ctx.kernels
         return (
             None if a is None else kernels.exact_matmul_operand(a, -1),
@@ -324,11 +334,10 @@ def weight_call(ctx: RunContext, step: BoundStep, weight: Array | None) -> Bound
     product = ctx.kernels.weight_product(dtype, len(step.specs[0].shape))
     if product is None:
         return None
-    uniform = uniform_columns(ctx.xp, weight)
-    if uniform is not None:  # one column computed, then copied (`UniformColumns`)
+    if isinstance(step.prepared, UniformColumns):  # one column computed, then copied
         shape = tuple(step.outputs[0].shape)
         one = ctx.xp.empty((*shape[:-1], 1), dtype=dtype)
-        column = uniform.column
+        column = step.prepared.column
 
         def call(ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
             product(inputs[0], column, out=one)
