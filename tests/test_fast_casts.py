@@ -61,6 +61,20 @@ def test_float_to_integer_in_range_is_fast_and_the_rest_is_refused(source, targe
         assert not fast_cast(np, np.array([1.0, bad], source), np.empty(2, target)), bad
 
 
+@pytest.mark.parametrize("target", ["int32", "int64", "uint8"])
+def test_large_float_to_integer_converts_block_by_block_and_refuses_a_bad_last_block(target):
+    """Above blocking.BLOCKED_ABOVE the range check and conversion go a block
+    (RANGE_CHECKED_BLOCK) at a time: every block converts as the reference rules, and a value
+    out of range in the last, partial block alone still refuses the whole."""
+    size = 2 * casts.RANGE_CHECKED_BLOCK + 12345
+    x = np.random.default_rng(5).uniform(0.0, 250.0, size).astype(np.float32)
+    out = np.empty(size, target)
+    assert fast_cast(np, x, out)
+    _same(out, cast(x, DType.FLOAT, D_TYPES[np.dtype(target)]))
+    x[-1] = np.nan
+    assert not fast_cast(np, x, np.empty(size, target))
+
+
 @pytest.mark.parametrize("source", TYPES)
 @pytest.mark.parametrize("target", TYPES)
 def test_zero_dimensional_arrays_cast_as_the_reference_rules(source: str, target: str) -> None:
