@@ -55,7 +55,10 @@ def run_blocked(
 ) -> None:
     """kernel(xp, x, out, work, *parameters) on the whole arrays or, when they are large and
     C-contiguous, on matching flat blocks of blocking.BLOCK elements, with `work_count`
-    float32 work arrays of x's (or a block's) shape from `scratch` (one request)."""
+    float32 work arrays of x's (or a block's) shape from `scratch` (one request). Arrays of
+    one layout other than C order run as their memory-order views (`in_memory_order`)."""
+    if not (x.flags.c_contiguous and out.flags.c_contiguous):
+        x, out = blocking.in_memory_order(x, out) or (x, out)
     if x.size <= blocking.BLOCKED_ABOVE or not (x.flags.c_contiguous and out.flags.c_contiguous):
         work = list(scratch((work_count, *x.shape), xp.float32)) if work_count else []
         kernel(xp, x, out, work, *parameters)

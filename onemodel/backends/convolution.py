@@ -25,6 +25,8 @@ class ConvolutionKernels:
 
     xp: Any
     matmul_arrays: Any  # (a, b, out) -> None: the backend's GEMM
+    # Whether `held_conv` has forms for a channels-last x or out (graph/layouts.py).
+    holds_channels_last = False
     exact_matmul_arrays: Any  # (a, b, out) -> None: exact mode's product
 
     def held_conv(
@@ -38,10 +40,14 @@ class ConvolutionKernels:
         dilations: Sequence[int],
         group: int,
         weights: Any,
+        *,
+        x_channels_last: bool = False,
+        out_channels_last: bool = False,
     ) -> Any:
         """A call (x, out, bias) -> bool for a fast-mode Conv of one static x shape whose
         buffers and decisions are made once, here (`weights`: `conv_weights`' result), for a
-        backend that has one; None: `conv_arrays` in every run."""
+        backend that has one; None: `conv_arrays` in every run. x or out may be held channels
+        last (graph/layouts.py), on a backend whose `holds_channels_last` says it takes them."""
         return None
 
     def conv_weights(self, w: Any, group: int) -> Any:

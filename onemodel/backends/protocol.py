@@ -52,6 +52,7 @@ class Kernels(Protocol):
     supports_exact: bool
     flushes_subnormals: bool  # CuPy's kernels read and write subnormals as zeros
     exact_xp: Any  # the namespace of exact mode: xp, or one that keeps subnormals on a flusher
+    holds_channels_last: bool  # whether `held_conv` takes values held so (graph/layouts.py)
 
     @property
     def xp(self) -> Any:

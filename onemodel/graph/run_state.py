@@ -20,6 +20,7 @@ from onemodel.backends.fp_errors import in_run, run_scope
 from onemodel.backends.numpy_cpu import output_pool
 from onemodel.errors import ErrorKind, SessionError
 from onemodel.graph.gc_pause import paused_gc
+from onemodel.graph.layouts import channels_last_values
 from onemodel.graph.operators.base import (
     BoundStep,
     Constant,
@@ -55,6 +56,8 @@ class Prepared:
         ctx = RunContext(plan.graph.kernels, plan.graph.exact)
         self.calls: list[Any] = []
         self.values: list[Any] = []  # per step, what `prepare_for_plan` returned, or None
+        # The values plain runs hold channels last (graph/layouts.py).
+        self.channels_last = channels_last_values(plan)
         for step in plan.steps:
             operator = step.node.operator
             call, prepared = operator.run, None
@@ -68,12 +71,24 @@ class Prepared:
             self.values.append(prepared)
 
 
-def bound_call(ctx: RunContext, plan: ExecutionPlan, step: Any, prepared: Any) -> Any:
-    """The step's `Operator.bind` call for a run state of `plan` (fast mode), or None."""
+def bound_call(
+    ctx: RunContext,
+    plan: ExecutionPlan,
+    step: Any,
+    prepared: Any,
+    channels_last: frozenset[int] = frozenset(),
+) -> Any:
+    """The step's `Operator.bind` call for a run state of `plan` (fast mode) whose values
+    `channels_last` are held so (graph/layouts.py), or None."""
     ids = step.inputs
     constants = tuple(None if i == ABSENT else plan.constants[i] for i in ids)
     specs = tuple(None if i == ABSENT else plan.specs[i] for i in ids)
-    return step.node.operator.bind(ctx, BoundStep(constants, specs, step.specs, prepared))
+    bound = BoundStep(
+        constants, specs, step.specs, prepared,
+        frozenset(k for k, i in enumerate(ids) if i in channels_last),
+        frozenset(k for k, i in enumerate(step.outputs) if i in channels_last),
+    )  # fmt: skip
+    return step.node.operator.bind(ctx, bound)
 
 
 class _Step:
@@ -157,12 +172,14 @@ class RunState:
         self.slab = memory.allocate(plan.memory.slab_bytes)
         if checked:
             self.slab[...] = POISON
+        prepared = prepared or Prepared(plan)
+        channels_last = prepared.channels_last if self.plain else frozenset()
         table: list[Any] = list(plan.constants)
         offsets = plan.memory.offsets
         for value_id in plan.in_slab:
             spec = plan.specs[value_id]
             offset = offsets[plan.names[value_id]]
-            table[value_id] = self._view(offset, spec)
+            table[value_id] = self._view(offset, spec, value_id in channels_last)
         table.append(None)  # the slot ABSENT (−1) reads
         self.base_table = table
         self.output_ids = plan.output_ids
@@ -178,7 +195,6 @@ class RunState:
         allocator = output_pool.output_allocator if pooled else lambda *spec: empty
         self.copy_out = output_pool.copy_out if pooled else _copy
         self.ctx = RunContext(plan.graph.kernels, plan.graph.exact, arena, keeps_scratch=True)
-        prepared = prepared or Prepared(plan)
         calls = prepared.calls
         # Views whose source is in the slab are fixed arrays: no work for them in a run.
         self.steps: list[_Step] = []
@@ -190,13 +206,19 @@ class RunState:
                 continue
             call = calls[index]
             if self.plain and step.kind is StepKind.STATIC:
-                call = bound_call(self.ctx, plan, step, prepared.values[index]) or call
+                bound = bound_call(self.ctx, plan, step, prepared.values[index], channels_last)
+                call = bound or call
             self.steps.append(_Step(step, call, table, plan.per_run, plan.specs, allocator))
             self.releases.append(plan.memory.releases[index])
 
-    def _view(self, offset: int, spec: TensorSpec) -> Any:
-        nbytes = spec.nbytes
-        return self.slab[offset : offset + nbytes].view(spec.numpy_dtype).reshape(spec.shape)
+    def _view(self, offset: int, spec: TensorSpec, channels_last: bool = False) -> Any:
+        """The value's array over its slab block: an (N, C, H, W) value held channels last
+        is the NCHW-shaped view of (N, H, W, C) bytes."""
+        values = self.slab[offset : offset + spec.nbytes].view(spec.numpy_dtype)
+        if channels_last:
+            n, c, h, w = spec.shape
+            return values.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+        return values.reshape(spec.shape)
 
     def run(
         self,

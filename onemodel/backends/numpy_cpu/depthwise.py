@@ -112,21 +112,44 @@ def held_grouped(
     pads: Sequence[int],
     dilations: Sequence[int],
     allocate: Scratch | None = None,
+    *,
+    x_channels_last: bool = False,
+    out_channels_last: bool = False,
 ) -> ChannelsLastTaps | ShiftedColumns | None:
     """The held form of a grouped convolution that has one (a bound step keeps it; an
     unbound run makes it over its scratch): for a depthwise filter (one output channel per
-    input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS),
-    else columns shifted from its stride phases where they fit the output's planes."""
-    depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
-    if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
+    input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS)
+    or where x or out is held channels last (graph/layouts.py: its transposes are then
+    gone), else columns shifted from its stride phases where they fit the output's planes."""
+    if not is_depthwise(x_shape, taps.shape, out_shape, kernel):
         return None
     window = (kernel, strides, pads, dilations)
     wide = tuple(strides) == (1, 1) and taps.shape[1] > 9
-    if math.prod(out_shape[2:]) <= (WIDE_KERNEL_PIXELS if wide else CHANNELS_LAST_PIXELS):
-        return ChannelsLastTaps(x_shape, taps, out_shape, *window, allocate)
+    if (
+        x_channels_last
+        or out_channels_last
+        or math.prod(out_shape[2:]) <= (WIDE_KERNEL_PIXELS if wide else CHANNELS_LAST_PIXELS)
+    ):
+        return ChannelsLastTaps(x_shape, taps, out_shape, *window, allocate, out_channels_last)
     if fits_output_planes(x_shape, out_shape, *window):
         return ShiftedColumns(x_shape, taps, out_shape, *window, allocate)
     return None
+
+
+def is_depthwise(
+    x_shape: Sequence[int],
+    taps_shape: Sequence[int],
+    out_shape: Sequence[int],
+    kernel: Sequence[int],
+) -> bool:
+    """One 2-D filter per input channel (`taps_shape`: (M, C/G · kh·kw)), larger than 1×1:
+    what `held_grouped` holds."""
+    return (
+        out_shape[1] == x_shape[1] == taps_shape[0]
+        and taps_shape[1] == math.prod(kernel)
+        and len(kernel) == 2
+        and tuple(kernel) != (1, 1)
+    )
 
 
 def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

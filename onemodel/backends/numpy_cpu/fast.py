@@ -18,6 +18,7 @@ from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
 from onemodel.backends.numpy_cpu.pair_pool import PairMaxPool, PairSumPool, pair_pool_fits
 from onemodel.backends.numpy_cpu.plane_blocks import Reused, plane_blocks
+from onemodel.backends.numpy_cpu.pointwise_conv import PointwiseConv
 from onemodel.backends.numpy_cpu.threads import BLAS_THREADS
 from onemodel.backends.numpy_cpu.tiled_pool import TiledMaxPool, tiled_pool_fits
 from onemodel.backends.numpy_cpu.ufunc_buffers import small_buffers
@@ -53,6 +54,7 @@ class NumpyKernels(ArrayKernels):
     the one whose bits do not."""
 
     take_checks_bounds = True
+    holds_channels_last = True
 
     def __init__(self) -> None:
         super().__init__(HOST, name="numpy")
@@ -112,16 +114,32 @@ class NumpyKernels(ArrayKernels):
         group: int,
         weights: Any,
         allocate: Scratch | None = None,
+        *,
+        x_channels_last: bool = False,
+        out_channels_last: bool = False,
     ) -> Any:
         """Im2col with held buffers (numpy_cpu/held_conv.py) for one group, where `_conv`
         would take im2col or a single GEMM: not a Winograd filter whose tiles fill its GEMMs,
         a bank of copied filters or `_shifted_conv`'s layers above `_SHIFTED_FROM` output
-        pixels; for several groups, a depthwise filter's held form (numpy_cpu/depthwise.py)."""
+        pixels; for several groups, a depthwise filter's held form (numpy_cpu/depthwise.py).
+        With x or out held channels last (graph/layouts.py), the forms that take them: a
+        depthwise filter's channels-last taps, a 1×1 kernel's transposed GEMMs
+        (numpy_cpu/pointwise_conv.py); None for any other."""
+        layouts = {"x_channels_last": x_channels_last, "out_channels_last": out_channels_last}
         if group != 1:
             if np.dtype(dtype) not in _GROUPED_TYPES or getattr(weights, "dtype", None) != dtype:
                 return None
             taps = weights.reshape(out_shape[1], -1)
-            return held_grouped(x_shape, taps, out_shape, kernel, strides, pads, dilations)
+            geometry = (kernel, strides, pads, dilations)
+            return held_grouped(x_shape, taps, out_shape, *geometry, **layouts)
+        if x_channels_last or out_channels_last:
+            if isinstance(weights, PreparedConv) and weights.copies == 1:
+                weights = weights.matrix
+            pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in strides)
+            same_planes = tuple(x_shape[2:]) == tuple(out_shape[2:])
+            if not (pointwise and same_planes) or getattr(weights, "dtype", None) != dtype:
+                return None
+            return PointwiseConv(x_shape, weights, out_shape, **layouts)
         if isinstance(weights, PreparedConv):
             if weights.copies > 1 or (
                 all(s == 1 for s in strides)

@@ -167,7 +167,7 @@ class HeldConv:
         kept: list[int],
     ) -> None:
         """2-D, from the phase buffer: per task one copy for each set of taps that read one
-        stride phase at evenly spaced rows and columns (`_tap_groups`; one copy at unit
+        stride phase at evenly spaced rows and columns (`tap_groups`; one copy at unit
         strides). Output rows up to `_WIDE_GRID_WIDTH` wide, or of `_WIDE_GRID_CHANNELS` input
         channels or more, are computed on a grid as wide as a phase's plane, so each tap's
         columns are one contiguous run of the plane rather than a copy loop over short rows;
@@ -182,7 +182,7 @@ class HeldConv:
         plane = (heights[0] + wide, heights[1])
         held = self._phase_buffer(x_shape, plane, kept, kernel, strides, pads, dilations)
         sn, sc, _, _, sh, sw = held.strides
-        taps = [_tap_groups(k, s, d) for k, s, d in zip(kernel, strides, dilations, strict=True)]
+        taps = [tap_groups(k, s, d) for k, s, d in zip(kernel, strides, dilations, strict=True)]
         filters, row = self.matrix.shape[0], plane[1] if wide else out_w
         product_buffer = None
         for images, band, columns in self._bands(batch, out_h, row):
@@ -328,7 +328,7 @@ class HeldConv:
                 np.add(cropped, channel_bias[:, None], out=rows)
 
 
-def _tap_groups(kernel: int, stride: int, dilation: int) -> list[tuple[int, ...]]:
+def tap_groups(kernel: int, stride: int, dilation: int) -> list[tuple[int, ...]]:
     """Along one axis, the taps that read one stride phase at evenly spaced rows, as (first
     tap, tap step, taps, phase, first row, row step): tap t reads phase t·d mod s from row
     t·d // s on, so taps step = s / gcd(s, d) apart share a phase and start d / gcd rows

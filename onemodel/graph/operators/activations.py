@@ -15,6 +15,7 @@ from onemodel.backends import activations as kernels
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.lazy_module import LazyModule
 from onemodel.graph.operators.base import (
+    ELEMENTWISE,
     Array,
     BoundCall,
     InferContext,
@@ -47,6 +48,8 @@ class Relu(ElementwiseUnary):
     without a temporary: NaN passes through maximum, and the addition turns the -0 that
     maximum(-0, 0) may keep into +0 (integers are unchanged by it)."""
 
+    layout_role = ELEMENTWISE
+
     types = SIGNED
     supports_exact = True
     fast_kernel = (kernels.relu, 0)
@@ -73,6 +76,8 @@ class Relu(ElementwiseUnary):
 class Tanh(Ufunc):
     """Exact: exact_activations.tanh through exact_map_arrays."""
 
+    layout_role = ELEMENTWISE
+
     ufunc, supports_exact = "tanh", True
 
     def compute_exact(self, kernels: Any, x: Array, out: Array) -> None:
@@ -82,6 +87,8 @@ class Tanh(Ufunc):
 class Sigmoid(Formula):
     """1 / (1 + exp(-x)); exp overflowing to inf for very negative x correctly gives 0 (float32
     and narrower in fast mode: `backends.activations.sigmoid`, 1/2 + tanh(x/2)/2)."""
+
+    layout_role = ELEMENTWISE
 
     fast_kernel = (kernels.sigmoid, 0)
     supports_exact = True
@@ -144,6 +151,7 @@ class WithAlpha(Formula):
 
 
 class LeakyRelu(WithAlpha):
+    layout_role = ELEMENTWISE
     default_alpha = 0.01
     fast_kernel = (kernels.leaky_relu, 1)
 
@@ -224,6 +232,7 @@ class Selu(Formula):
 
 
 class HardSigmoid(Formula):
+    layout_role = ELEMENTWISE
     supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
@@ -245,6 +254,8 @@ class HardSigmoid(Formula):
 
 class HardSwish(Formula):
     """x · HardSigmoid(x) with alpha = 1/6 and beta = 1/2."""
+
+    layout_role = ELEMENTWISE
 
     fast_kernel = (kernels.hard_swish, 1)
     supports_exact = True
@@ -352,6 +363,8 @@ class Clip(Operator):
     Before opset 11 the bounds are the attributes `min` and `max`; from 11 they are optional
     scalar inputs. A missing bound does not clip (the spec's numeric_limits defaults).
     Exact: a max and a min, selections."""
+
+    layout_role = ELEMENTWISE
 
     in_place_input = 0
     supports_exact = True

@@ -28,6 +28,7 @@ from onemodel.backends.small_rows import SmallRootMeanSquare, fits_small_rows
 from onemodel.graph.operators.activations import WithAlpha
 from onemodel.graph.operators.axes import INT64_ONLY, normalize_axis
 from onemodel.graph.operators.base import (
+    ELEMENTWISE,
     Array,
     BoundCall,
     BoundStep,
@@ -968,6 +969,8 @@ class SwishOp(WithAlpha):
     """Swish (opset 24): x · sigmoid(alpha · x); SiLU for alpha 1 (the recognise-swish pass
     makes it from x · Sigmoid(x)). float32 and narrower in fast mode:
     `backends.activations.swish`."""
+
+    layout_role = ELEMENTWISE
 
     default_alpha = 1.0
     fast_kernel = (activation_kernels.swish, 1)

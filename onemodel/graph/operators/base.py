@@ -284,6 +284,9 @@ class RunContext:
             self.guard.charge(nbytes, node, what)
 
 
+# `Operator.layout_role`s.
+ELEMENTWISE, REDUCES_PLANES, HELD_CONV, CHAIN = "elementwise", "reduces planes", "conv", "chain"
+
 # A bound call (`Operator.bind`): `run`'s arguments, (ctx, inputs, outputs).
 BoundCall = Callable[["RunContext", Sequence[Array | None], Any], Any]
 
@@ -292,12 +295,16 @@ BoundCall = Callable[["RunContext", Sequence[Array | None], Any], Any]
 class BoundStep:
     """What `Operator.bind` is told of one static step of a fast-mode plan: per input its
     plan-time constant (None: known only in the run) and spec (None: absent), the output specs,
-    and what `PreparesConstants.prepare_for_plan` returned for it (None otherwise)."""
+    and what `PreparesConstants.prepare_for_plan` returned for it (None otherwise). The
+    positions of the inputs and outputs the run state holds channels last (graph/layouts.py:
+    NCHW-shaped views with NHWC strides) are named too: a bound call may rely on them."""
 
     constants: tuple[Array | None, ...]
     specs: tuple[TensorSpec | None, ...]
     outputs: tuple[TensorSpec, ...]
     prepared: Any = None
+    channels_last_inputs: frozenset[int] = frozenset()
+    channels_last_outputs: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +324,11 @@ class Operator:
 
     supports_exact: ClassVar[bool] = False
     in_place_input: ClassVar[int | None] = None
+    # What the channels-last hand-off (graph/layouts.py) may give the operator: ELEMENTWISE
+    # (ufuncs alone, right and as fast on any one layout; as a fused step's member),
+    # REDUCES_PLANES (reads any strides into an (N, C, 1, …) result), HELD_CONV (a Conv whose
+    # held forms take channels last), CHAIN (a fused step: as its members say); None: C order.
+    layout_role: ClassVar[str | None] = None
     view_of_input: ClassVar[int | None] = None
     outputs_data_dependent: ClassVar[bool] = False
     # A data-dependent operator whose returned arrays are new and referenced nowhere else (If:

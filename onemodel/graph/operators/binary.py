@@ -22,6 +22,7 @@ from onemodel.backends.broadcasting import ROW_BUFFER_ABOVE, held_operand, ufunc
 from onemodel.backends.fp_errors import quiet
 from onemodel.graph.onnx_proto import TensorProto
 from onemodel.graph.operators.base import (
+    ELEMENTWISE,
     Array,
     BoundCall,
     BoundStep,
@@ -188,11 +189,15 @@ class BinaryUfunc(ElementwiseBinary):
 class Add(BinaryUfunc):
     """Exact: one correctly rounded IEEE addition per element (integers wrap)."""
 
+    layout_role = ELEMENTWISE
+
     ufunc, supports_exact = "add", True
 
 
 class Sub(BinaryUfunc):
     """Exact: one correctly rounded IEEE subtraction per element (integers wrap)."""
+
+    layout_role = ELEMENTWISE
 
     ufunc, supports_exact = "subtract", True
 
@@ -200,12 +205,16 @@ class Sub(BinaryUfunc):
 class Mul(BinaryUfunc):
     """Exact: one correctly rounded IEEE multiplication per element (integers wrap)."""
 
+    layout_role = ELEMENTWISE
+
     ufunc, supports_exact = "multiply", True
 
 
 class Div(ElementwiseBinary):
     """Exact: one correctly rounded IEEE division per element; integers truncate toward zero,
     as C and onnxruntime do (x / 0 is 0, where C leaves it undefined)."""
+
+    layout_role = ELEMENTWISE
 
     supports_exact = True
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onemodel.graph.operators.base import (
+    HELD_CONV,
     Array,
     BoundCall,
     BoundStep,
@@ -236,6 +237,8 @@ class ConvOp(Convolution, PreparesConstants):
     kernel adds the bias in its last pass over the output (the same one rounded add), where a
     fused activation would follow (see FusedConv)."""
 
+    layout_role = HELD_CONV
+
     transposed = False
     supports_exact = True
 
@@ -294,6 +297,8 @@ class ConvOp(Convolution, PreparesConstants):
         held = ctx.kernels.held_conv(
             x.shape, x.numpy_dtype, out.shape, w.shape[2:], placement.strides,
             placement.pads_begin, placement.dilations, self.group, step.prepared,
+            x_channels_last=0 in step.channels_last_inputs,
+            out_channels_last=0 in step.channels_last_outputs,
         )  # fmt: skip
         if held is None:
             return None

@@ -20,6 +20,7 @@ from operator import itemgetter
 from typing import Any
 
 from onemodel.graph.operators.base import (
+    CHAIN,
     Array,
     BoundCall,
     BoundStep,
@@ -54,6 +55,8 @@ class Member:
 
 class Fused(PreparesConstants):
     """Members run one after another inside one step; see the module docstring."""
+
+    layout_role = CHAIN
 
     def __init__(self, node: NodeInfo, members: Sequence[Member]) -> None:
         super().__init__(node)
@@ -101,7 +104,7 @@ class Fused(PreparesConstants):
     ) -> Chain:
         """The chain for one plan: where each member writes and what it calls, decided once
         instead of in every run (a run then does no look-ups or shape compares)."""
-        member_specs = self._member_specs(specs)
+        member_specs = self.member_specs(specs)
         first = self.members[0]
         prepared = None
         if isinstance(first.operator, PreparesConstants):  # what the first settles per plan
@@ -118,9 +121,9 @@ class Fused(PreparesConstants):
             return
         specs = [None if a is None else TensorSpec(onnx_code_for_numpy(a.dtype), a.shape)
                  for a in inputs]  # fmt: skip
-        self._chain(ctx, prepared, self._member_specs(specs)).run(ctx, inputs, outputs[0])
+        self._chain(ctx, prepared, self.member_specs(specs)).run(ctx, inputs, outputs[0])
 
-    def _member_specs(self, specs: Sequence[TensorSpec | None]) -> tuple[TensorSpec, ...]:
+    def member_specs(self, specs: Sequence[TensorSpec | None]) -> tuple[TensorSpec, ...]:
         """Each member's result spec for these input specs (from `infer`, made at plan time
         or now for a run whose plan was made by another signature's infer)."""
         member_specs = self._specs.get(_signature(specs))
@@ -153,16 +156,28 @@ class Fused(PreparesConstants):
         chain = step.prepared
         if not isinstance(chain, Chain) or chain.tail is not None:
             return None
-        member_specs = self._member_specs(step.specs)
+        member_specs = self.member_specs(step.specs)
         links, previous, bound_any = [], None, False
+        out_channels_last = 0 in step.channels_last_outputs
+        previous_channels_last = False
         for index, (link, member) in enumerate(zip(chain.links, self.members, strict=False)):
             call, sources, scratch = link
+            # A member's operands are held as the step's (its result, when written into out).
+            into_out = scratch is None and out_channels_last
             member_step = BoundStep(
                 tuple(member.inputs(step.constants, None)),
                 tuple(member.inputs(step.specs, previous)),
                 (member_specs[index],),
                 chain.prepared if index == 0 else None,
+                frozenset(
+                    position
+                    for position, source in enumerate(member.sources)
+                    if (source == PREVIOUS and previous_channels_last)
+                    or (source is not None and source in step.channels_last_inputs)
+                ),
+                frozenset({0}) if into_out else frozenset(),
             )
+            previous_channels_last = into_out
             bound = member.operator.bind(ctx, member_step)
             bound_any = bound_any or bound is not None
             target = None if scratch is None else ctx.xp.empty(*scratch)

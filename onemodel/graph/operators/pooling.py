@@ -21,6 +21,7 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.backends.padded_pool import PADDED_POOL_MAX, PaddedPool
 from onemodel.graph.operators.base import (
+    REDUCES_PLANES,
     Array,
     BoundCall,
     BoundStep,
@@ -395,6 +396,8 @@ class GlobalPool(Operator):
 
 
 class GlobalAveragePoolOp(GlobalPool):
+    layout_role = REDUCES_PLANES
+
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
         x = inputs[0]
         (out,) = outputs

@@ -31,6 +31,7 @@ from onemodel.backends.exact_arrays import exp64, log64, ordered_extremum, order
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
 from onemodel.graph.operators.base import (
+    REDUCES_PLANES,
     Array,
     BoundCall,
     BoundStep,
@@ -184,6 +185,13 @@ def float_sum(xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
     NaN add as they would; an all -0 run sums to +0."""
     if values.size <= GEMV_ABOVE:  # first: the checks below cost more than a small sum
         return values.sum(axis=axes, dtype=values.dtype)  # the method: no wrapper's cost
+    if not values.flags.c_contiguous:  # values held channels last (graph/layouts.py) …
+        order = sorted(range(values.ndim), key=lambda axis: -values.strides[axis])
+        permuted = values.transpose(order)
+        kept_axes = [axis for axis in order if axis not in axes]
+        if permuted.flags.c_contiguous and kept_axes == sorted(kept_axes):
+            # … are C-contiguous in memory order, the kept axes in theirs
+            return float_sum(xp, permuted, tuple(sorted(order.index(a) for a in axes)))
     first, last = axes[0], axes[-1]
     run = math.prod(values.shape[first : last + 1])
     if (
@@ -251,6 +259,7 @@ class ReduceL2Op(Reduction):
 
 
 class ReduceMeanOp(Reduction):
+    layout_role = REDUCES_PLANES
     supports_exact = True
 
     def run(self, ctx: RunContext, inputs: Sequence[Array | None], outputs: Any) -> None:
