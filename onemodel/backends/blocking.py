@@ -26,13 +26,19 @@ def row_blocks(rows: int, row_size: int, blocks: int = 1) -> Iterator[slice]:
         yield slice(start, min(start + step, rows))
 
 
+def memory_order(array: Any) -> list[int] | None:
+    """The permutation of `array`'s axes that makes it C-contiguous (an NCHW-shaped view of
+    values held channels last, graph/layouts.py: 0, 2, 3, 1), or None if none does."""
+    order = sorted(range(array.ndim), key=lambda axis: -array.strides[axis])
+    return order if array.transpose(order).flags.c_contiguous else None
+
+
 def in_memory_order(x: Any, out: Any) -> tuple[Any, Any] | None:
     """x and out with their axes permuted into memory order, where they have one shape and
-    the same strides and that makes them C-contiguous (values held channels last,
-    graph/layouts.py); None otherwise. An element-wise kernel then runs on them as on
-    C-contiguous arrays: its work arrays in the same layout, its blocks flat runs."""
+    the same strides that `memory_order` makes C-contiguous; None otherwise. An element-wise
+    kernel then runs on them as on C-contiguous arrays: its work arrays in the same layout,
+    its blocks flat runs."""
     if x.shape != out.shape or x.strides != out.strides:
         return None
-    order = sorted(range(x.ndim), key=lambda axis: -x.strides[axis])
-    x, out = x.transpose(order), out.transpose(order)
-    return (x, out) if x.flags.c_contiguous and out.flags.c_contiguous else None
+    order = memory_order(x)
+    return None if order is None else (x.transpose(order), out.transpose(order))

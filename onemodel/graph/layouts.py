@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from onemodel.graph.operators.base import CHAIN, ELEMENTWISE, HELD_CONV, REDUCES_PLANES
-from onemodel.graph.plan import ExecutionPlan, StepKind
+from onemodel.graph.operators.fused import Member
+from onemodel.graph.plan import ExecutionPlan, Step, StepKind
 from onemodel.graph.values import ABSENT
 
 
@@ -39,15 +40,7 @@ def channels_last_values(plan: ExecutionPlan) -> frozenset[int]:
     channels-last forms or the plan is exact."""
     if plan.graph.exact or not plan.graph.kernels.holds_channels_last:
         return frozenset()
-    producers: dict[int, Any] = {}
-    readers: dict[int, list[tuple[Any, int]]] = {}
-    for step in plan.steps:
-        for value_id in step.outputs:
-            producers[value_id] = step
-        for position, value_id in enumerate(step.inputs):
-            if value_id != ABSENT:
-                readers.setdefault(value_id, []).append((step, position))
-    layouts = _Layouts(plan, producers, readers)
+    layouts = _Layouts(plan)
     pending = []
     for step in plan.steps:
         conv = layouts.first_conv(step)
@@ -67,12 +60,16 @@ def channels_last_values(plan: ExecutionPlan) -> frozenset[int]:
 class _Layouts:
     """The plan's steps looked up by value, and the values chosen so far."""
 
-    def __init__(
-        self, plan: Any, producers: dict[int, Any], readers: dict[int, list[tuple[Any, int]]]
-    ) -> None:
+    def __init__(self, plan: ExecutionPlan) -> None:
         self.plan = plan
-        self.producers = producers
-        self.readers = readers
+        self.producers: dict[int, Step] = {}
+        self.readers: dict[int, list[tuple[Step, int]]] = {}  # (step, input position)
+        for step in plan.steps:
+            for value_id in step.outputs:
+                self.producers[value_id] = step
+            for position, value_id in enumerate(step.inputs):
+                if value_id != ABSENT:
+                    self.readers.setdefault(value_id, []).append((step, position))
         self.chosen: set[int] = set()
         self.refused: set[int] = set()
 
@@ -101,20 +98,19 @@ class _Layouts:
     # -- what a step is ----------------------------------------------------------------------
 
     @staticmethod
-    def first_conv(step: Any) -> Any:
+    def first_conv(step: Step) -> Member | None:
         """The Conv that starts a static step (as a fused member, or the step itself), or
         None."""
         operator = step.node.operator
         if step.kind is not StepKind.STATIC or operator.in_place_input is not None:
             return None
         if operator.layout_role == HELD_CONV:
-            return _Member(operator, tuple(range(len(step.inputs))))
+            return Member(operator, tuple(range(len(step.inputs))))
         if operator.layout_role == CHAIN and operator.members[0].operator.layout_role == HELD_CONV:
-            first = operator.members[0]
-            return _Member(first.operator, first.sources)
+            return operator.members[0]
         return None
 
-    def _conv_shapes(self, step: Any, conv: Any) -> tuple | None:
+    def _conv_shapes(self, step: Step, conv: Member) -> tuple | None:
         """(x shape, W) of a Conv member whose W is a float32 constant and x float32 4-D."""
         sources = conv.sources
         if len(sources) < 2 or sources[0] is None or sources[1] is None:
@@ -127,7 +123,7 @@ class _Layouts:
             return None
         return x.shape, w
 
-    def depthwise(self, step: Any, conv: Any) -> bool:
+    def depthwise(self, step: Step, conv: Member) -> bool:
         shapes = self._conv_shapes(step, conv)
         if shapes is None:
             return False
@@ -135,7 +131,7 @@ class _Layouts:
         group = conv.operator.group
         return group == x_shape[1] == w.shape[0] and w.shape[1] == 1 and w.shape[2:] != (1, 1)
 
-    def _pointwise(self, step: Any, conv: Any) -> bool:
+    def _pointwise(self, step: Step, conv: Member) -> bool:
         shapes = self._conv_shapes(step, conv)
         if shapes is None or conv.operator.group != 1 or shapes[1].shape[2:] != (1, 1):
             return False
@@ -146,10 +142,10 @@ class _Layouts:
             and not any(placement.pads_end)
         )
 
-    def _held_conv(self, step: Any, conv: Any) -> bool:
+    def _held_conv(self, step: Step, conv: Member) -> bool:
         return self.depthwise(step, conv) or self._pointwise(step, conv)
 
-    def conv_writes_out(self, step: Any) -> bool:
+    def _conv_writes_out(self, step: Step) -> bool:
         """Whether a step's first Conv writes its result into the step's output (a fused
         member whose result has another shape writes into scratch)."""
         operator = step.node.operator
@@ -158,16 +154,16 @@ class _Layouts:
         specs = [None if i == ABSENT else self.plan.specs[i] for i in step.inputs]
         return operator.member_specs(specs)[0].shape == step.specs[0].shape
 
-    def _writes(self, step: Any) -> bool:
+    def _writes(self, step: Step) -> bool:
         """Whether every write of the step into its output takes a channels-last out."""
         conv = self.first_conv(step)
         if conv is None or len(step.outputs) != 1:
             return False
-        if self.conv_writes_out(step) and not self._held_conv(step, conv):
+        if self._conv_writes_out(step) and not self._held_conv(step, conv):
             return False
         return _members_elementwise(step.node.operator)
 
-    def _reads(self, step: Any, position: int) -> bool:
+    def _reads(self, step: Step, position: int) -> bool:
         """Whether the step takes a channels-last value as its input `position`."""
         operator = step.node.operator
         if operator.layout_role == REDUCES_PLANES:
@@ -175,31 +171,9 @@ class _Layouts:
         conv = self.first_conv(step)
         if conv is None or not _members_elementwise(operator):
             return False
-        for index, sources in enumerate(_member_sources(operator, conv)):
-            for slot, source in enumerate(sources):
-                if source != position:
-                    continue
-                if index > 0:
-                    continue  # an element-wise member's operand
-                if slot != 0 or not self._held_conv(step, conv):
-                    return False
-        return True
-
-
-class _Member:
-    """A Conv and where its inputs come from (indices into the step's inputs)."""
-
-    __slots__ = ("operator", "sources")
-
-    def __init__(self, operator: Any, sources: tuple[int | None, ...]) -> None:
-        self.operator = operator
-        self.sources = sources
-
-
-def _member_sources(operator: Any, conv: _Member) -> list[tuple[int | None, ...]]:
-    if operator.layout_role == CHAIN:
-        return [member.sources for member in operator.members]
-    return [conv.sources]
+        # Element-wise members read it as any operand; the Conv only as x, in a held form.
+        slots = [slot for slot, source in enumerate(conv.sources) if source == position]
+        return not slots or (slots == [0] and self._held_conv(step, conv))
 
 
 def _members_elementwise(operator: Any) -> bool:

@@ -121,7 +121,8 @@ def held_grouped(
     input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS)
     or where x or out is held channels last (graph/layouts.py: its transposes are then
     gone), else columns shifted from its stride phases where they fit the output's planes."""
-    if not is_depthwise(x_shape, taps.shape, out_shape, kernel):
+    depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
+    if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
         return None
     window = (kernel, strides, pads, dilations)
     wide = tuple(strides) == (1, 1) and taps.shape[1] > 9
@@ -134,22 +135,6 @@ def held_grouped(
     if fits_output_planes(x_shape, out_shape, *window):
         return ShiftedColumns(x_shape, taps, out_shape, *window, allocate)
     return None
-
-
-def is_depthwise(
-    x_shape: Sequence[int],
-    taps_shape: Sequence[int],
-    out_shape: Sequence[int],
-    kernel: Sequence[int],
-) -> bool:
-    """One 2-D filter per input channel (`taps_shape`: (M, C/G · kh·kw)), larger than 1×1:
-    what `held_grouped` holds."""
-    return (
-        out_shape[1] == x_shape[1] == taps_shape[0]
-        and taps_shape[1] == math.prod(kernel)
-        and len(kernel) == 2
-        and tuple(kernel) != (1, 1)
-    )
 
 
 def takes_grouped(w_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

@@ -163,7 +163,7 @@ class Fused(PreparesConstants):
         for index, (link, member) in enumerate(zip(chain.links, self.members, strict=False)):
             call, sources, scratch = link
             # A member's operands are held as the step's (its result, when written into out).
-            into_out = scratch is None and out_channels_last
+            result_channels_last = scratch is None and out_channels_last
             member_step = BoundStep(
                 tuple(member.inputs(step.constants, None)),
                 tuple(member.inputs(step.specs, previous)),
@@ -175,9 +175,9 @@ class Fused(PreparesConstants):
                     if (source == PREVIOUS and previous_channels_last)
                     or (source is not None and source in step.channels_last_inputs)
                 ),
-                frozenset({0}) if into_out else frozenset(),
+                frozenset({0}) if result_channels_last else frozenset(),
             )
-            previous_channels_last = into_out
+            previous_channels_last = result_channels_last
             bound = member.operator.bind(ctx, member_step)
             bound_any = bound_any or bound is not None
             target = None if scratch is None else ctx.xp.empty(*scratch)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from onemodel.backends.array_kernels import NARROW_FLOATS
+from onemodel.backends.blocking import memory_order
 from onemodel.backends.exact_arrays import exp64, log64, ordered_extremum, ordered_sum
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.ieee_float32 import store, widen
@@ -185,12 +186,11 @@ def float_sum(xp: Any, values: Array, axes: tuple[int, ...]) -> Array:
     NaN add as they would; an all -0 run sums to +0."""
     if values.size <= GEMV_ABOVE:  # first: the checks below cost more than a small sum
         return values.sum(axis=axes, dtype=values.dtype)  # the method: no wrapper's cost
-    if not values.flags.c_contiguous:  # values held channels last (graph/layouts.py) …
-        order = sorted(range(values.ndim), key=lambda axis: -values.strides[axis])
-        permuted = values.transpose(order)
+    order = None if values.flags.c_contiguous else memory_order(values)
+    if order is not None:  # values held channels last (graph/layouts.py), say
         kept_axes = [axis for axis in order if axis not in axes]
-        if permuted.flags.c_contiguous and kept_axes == sorted(kept_axes):
-            # … are C-contiguous in memory order, the kept axes in theirs
+        if kept_axes == sorted(kept_axes):  # the result's axes keep their order
+            permuted = values.transpose(order)
             return float_sum(xp, permuted, tuple(sorted(order.index(a) for a in axes)))
     first, last = axes[0], axes[-1]
     run = math.prod(values.shape[first : last + 1])
