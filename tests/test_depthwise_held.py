@@ -141,7 +141,9 @@ def test_a_channel_multiplier_is_no_held_form_and_gets_the_direct_sum():
         ((1, 144, 56, 56), 3, 1, ShiftedColumns),
         ((1, 32, 112, 112), 3, 1, ShiftedColumns),
         ((1, 96, 112, 112), 3, 2, ShiftedColumns),
-        ((1, 144, 56, 56), 5, 2, ShiftedColumns),
+        ((1, 144, 56, 56), 5, 2, ChannelsLastTaps),
+        ((1, 96, 56, 56), 7, 1, ChannelsLastTaps),
+        ((1, 32, 224, 224), 5, 1, ShiftedColumns),
     ],
 )
 def test_the_held_form_follows_the_plane_size_rule(x_shape, kernel, stride, form):

@@ -6,9 +6,10 @@ window. A depthwise filter (one output channel per input channel) first gets a h
 by the output plane's size alone:
 
 - channels last (numpy_cpu/channels_last_taps.py) for planes of at most CHANNELS_LAST_PIXELS
-  outputs, and at unit strides up to WIDE_KERNEL_PIXELS for kernels of more than 9 taps: one
-  einsum sums every tap as a multiply-add over runs of out_w·C values, where the planar
-  forms pay per channel (a BLAS call, a loop per short row); two transposing copies;
+  outputs, and up to WIDE_KERNEL_PIXELS for kernels of more than 9 taps: one einsum sums
+  every tap as a multiply-add over runs of out_w·C values, where the planar forms pay per
+  channel (a BLAS call, a loop per short row); two transposing copies, which a kernel of 25
+  or 49 taps repays at any plane these models have;
 - shifted columns (numpy_cpu/shifted_columns.py) for larger planes whose stride phases fit
   the output plane (the padding that keeps a plane or halves it): every tap's columns one
   contiguous shifted run of x (or of its phases), one BLAS matrix-vector product per
@@ -57,11 +58,15 @@ from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
 from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 
 # A depthwise filter runs channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py)
-# over planes of at most CHANNELS_LAST_PIXELS outputs, and at unit strides a kernel of more
-# than 9 taps over planes of at most WIDE_KERNEL_PIXELS; larger planes take the shifted
-# columns (see the module docstring for the figures).
+# over planes of at most CHANNELS_LAST_PIXELS outputs, and a kernel of more than 9 taps over
+# planes of at most WIDE_KERNEL_PIXELS; larger planes take the shifted columns (see the module
+# docstring for the figures). Wide kernels, channels last against shifted columns, planar x and
+# out, ms (AMD EPYC, one thread): 7×7 96 at 56×56 2.95 against 5.46, 32 at 112×112 5.19 against
+# 7.92; 5×5 96 at 56×56 2.28 against 3.12, 384 at 14×14 0.55 against 1.18; 5×5/2 144 at 56×56
+# 1.18 against 1.60, 32 at 112×112 1.24 against 1.35. 3×3 at 56×56 goes the other way (144
+# channels: 2.04 against 1.14).
 CHANNELS_LAST_PIXELS = 256
-WIDE_KERNEL_PIXELS = 1024
+WIDE_KERNEL_PIXELS = 1 << 14
 # Images go through a layout a few at a time, so that its operands stay in cache: all 8
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays 17 times tap by tap.
 _CHUNK_ELEMENTS = 1 << 19
@@ -125,7 +130,7 @@ def held_grouped(
     if not depthwise or len(kernel) != 2 or tuple(kernel) == (1, 1):
         return None
     window = (kernel, strides, pads, dilations)
-    wide = tuple(strides) == (1, 1) and taps.shape[1] > 9
+    wide = taps.shape[1] > 9
     if (
         x_channels_last
         or out_channels_last
