@@ -45,10 +45,11 @@ def test_which_calls_get_a_row_buffer() -> None:
     assert row_buffer(np, out, out, out) is None  # nothing broadcast
     assert row_buffer(np, out, out, np.float32(2)) is None  # a single value
     assert row_buffer(np, out.T, out.T, np.ones(256, np.float32)) is None  # not C-contiguous
-    odd = np.empty((4096, 100), np.float32)
-    assert row_buffer(np, odd, odd, np.ones(100, np.float32)) == 96  # a multiple of 16
-    narrow = np.empty((4096, 8), np.float32)
-    assert row_buffer(np, narrow, narrow, np.ones(8, np.float32)) is None  # rows under 16
+    odd = np.empty((512, 1000), np.float32)
+    assert row_buffer(np, odd, odd, np.ones(1000, np.float32)) == 992  # a multiple of 16
+    narrow = np.empty((4096, 96), np.float32)
+    assert row_buffer(np, narrow, narrow, np.ones(96, np.float32)) is None  # short rows
+    assert row_buffer(np, narrow, narrow, np.ones((4096, 1), np.float32)) is None
     wide = np.empty((4, 1 << 14), np.float32)
     assert row_buffer(np, wide, wide, np.ones(1 << 14, np.float32)) is None  # rows ≥ buffer
     small = np.empty((4, 1024), np.float32)

@@ -7,7 +7,9 @@ buffers that span several rows and copies the broadcast operand into them: x (25
 row needs no copy (0.07 ms), so on the host such calls run with the buffer size set to the
 output's last extent for the call, rounded down to the multiple of 16 NumPy requires (a buffer
 shorter than the row costs nothing: [256, 1000] times a per-row factor takes 0.058 ms with a
-992- or 16-element buffer, 0.082 ms with the default). The setting lives in NumPy's per-thread
+992- or 16-element buffer, 0.082 ms with the default). Rows shorter than ROW_BUFFER_FROM keep
+the default: there one row's buffer costs a loop call per row, which the copies it saves do
+not repay. The setting lives in NumPy's per-thread
 context and is restored after the call; inside a run it is set directly
 (fp_errors.buffered_run_state), not by np.setbufsize, which costs 6 us a call. Other libraries
 (CuPy) have no such buffer: the plain call.
@@ -26,18 +28,25 @@ from onemodel.backends.fp_errors import buffered_run_state
 DEFAULT_BUFFER = 8192
 # Below this many output elements the two setting calls (about 2 µs) cost more than they save.
 ROW_BUFFER_ABOVE = 1 << 14
+# Rows of at least this many elements take one row's buffer. Plus a (cols,) vector, then times
+# a per-row (rows, 1) factor, ms with one row's buffer against the default (AMD EPYC, 1 thread,
+# fastest of 300): (3136, 96) 0.201 / 0.089, 0.212 / 0.105; (1024, 256) 0.095 / 0.068, 0.094 /
+# 0.080; (512, 512) 0.075 / 0.070, 0.075 / 0.090; (320, 768) 0.046 / 0.056, 0.045 / 0.074;
+# (2048, 1000) 0.47 / 0.76, 0.44 / 0.77. The LayerNormalization of ConvNeXt-T's first stage,
+# (3136, 96), took 1.06 ms with row buffers and 0.41 without.
+ROW_BUFFER_FROM = 512
 
 
 def row_buffer(xp: Any, out: Any, *operands: Any) -> int | None:
     """The ufunc buffer size that keeps NumPy from copying a broadcast operand into `out`'s
     rows, or None where the default is as good (not the host, no operand broadcast, a small or
-    non-contiguous output, rows at least the default buffer or shorter than 16)."""
+    non-contiguous output, rows at least the default buffer or shorter than ROW_BUFFER_FROM)."""
     if xp is not np or out.size <= ROW_BUFFER_ABOVE or not out.flags.c_contiguous:
         return None
     if all(np.size(operand) in (1, out.size) for operand in operands):
         return None  # nothing broadcast, or a single value (a stride-0 operand of the loop)
     row = out.shape[-1]
-    return row // 16 * 16 if 16 <= row < DEFAULT_BUFFER else None
+    return row // 16 * 16 if ROW_BUFFER_FROM <= row < DEFAULT_BUFFER else None
 
 
 def ufunc_into(xp: Any, ufunc: Any, *operands: Any, out: Any, **keywords: Any) -> Any:
