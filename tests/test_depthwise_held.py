@@ -117,13 +117,18 @@ def test_a_non_contiguous_output_gets_the_direct_sum_and_nothing_else(name, form
     assert np.isnan(whole[:, [0, -1]]).all()
 
 
-def test_a_channel_multiplier_is_no_held_form_and_gets_the_direct_sum():
-    """Two filters per input channel: the gathered columns, not a held form."""
+def test_a_channel_multiplier_takes_the_grouped_shifted_columns_and_gets_the_direct_sum():
+    """Two filters per input channel: C groups of one channel and two outputs, the shifted
+    columns' grouped form (one matmul per block of groups), as held and unbound."""
     case = CASES["3x3"]
     x, w, b = _operands("3x3", np.float32, multiplier=2)
     expected = direct_depthwise(x, w, *case[2:]) + b.reshape(-1, 1, 1)
     taps = w.reshape(w.shape[0], -1)
-    assert depthwise.held_grouped(x.shape, taps, expected.shape, *case[1:]) is None
+    held = depthwise.held_grouped(x.shape, taps, expected.shape, *case[1:])
+    assert isinstance(held, ShiftedColumns)
+    out = np.full(expected.shape, np.nan, np.float32)
+    assert held(x, out, b)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
     out = np.full(expected.shape, np.nan, np.float32)
     _conv(x, w, out, case, b)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
