@@ -82,6 +82,10 @@ CASES = {
     ),
     "channels last, x past the windows": ((1, 16, 12, 12), (4, (3, 3)), {"strides": [3, 3]}),
     "channels last in image chunks b5": ((5, 64, 16, 16), (8, (3, 3)), {"pads": [1] * 4}),
+    # Windows that tile x (kernel = strides, no pads): one transposing copy of the patches.
+    "patches 4x4/4 b2": ((2, 3, 16, 16), (6, (4, 4)), {"strides": [4, 4]}),
+    "patches 2x3/(2,3), x past them": ((1, 5, 9, 11), (4, (2, 3)), {"strides": [2, 3]}),
+    "patches 16x16/16": ((1, 3, 32, 48), (8, (16, 16)), {"strides": [16, 16]}),
     "3d": ((1, 2, 5, 6, 7), (3, (3, 3, 3)), {"pads": [1] * 6}),
     "3d/2": ((2, 2, 7, 6, 5), (3, (2, 2, 2)), {"strides": [2, 2, 2]}),
     "wide rows in bands": ((1, 4, 130, 130), (8, (3, 3)), {"pads": [1] * 4}),
@@ -120,6 +124,27 @@ def test_the_held_conv_matches_onnxruntime_and_the_per_run_path(name: str, bias:
         np.testing.assert_allclose(mine, _onnxruntime(model, x), rtol=1e-4, atol=1e-4)
         if run == 0:  # the plan exists from the first run on
             assert _bound_convs(fast) == 1
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if name.startswith("patches")])
+def test_tiling_windows_are_copied_as_patches(name: str) -> None:
+    """The patch cases take `HeldConv`'s patches (no phase buffer, no tap copies) and match
+    the direct sum in float64 over x's patches."""
+    x_shape, (out_channels, kernel), _ = CASES[name]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((out_channels, x_shape[1], *kernel)).astype(np.float32)
+    (kh, kw), (h, w_) = kernel, x_shape[2:]
+    out_shape = (x_shape[0], out_channels, h // kh, w_ // kw)
+    held = held_conv(x_shape, np.float32, w.reshape(out_channels, -1), out_shape, kernel,
+                     kernel, (0, 0), (1, 1))  # fmt: skip
+    assert isinstance(held, HeldConv) and held.patches is not None and not held.interior
+    out = np.full(out_shape, np.nan, np.float32)
+    assert held(x, out, None)
+    cropped = x[:, :, : out_shape[2] * kh, : out_shape[3] * kw].astype(np.float64)
+    patches = cropped.reshape(*x_shape[:2], out_shape[2], kh, out_shape[3], kw)
+    expected = np.einsum("ncyixj,mcij->nmyx", patches, w.astype(np.float64))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_fused_relu_follows_the_held_conv() -> None:

@@ -16,6 +16,8 @@ run of each output row rather than every s-th value (the ResNet stem's 7×7/2 co
 3 × 224 × 224: 0.26 ms against 0.68 ms from stride-2 windows, AMD EPYC, 1 thread), and rows
 up to `_WIDE_GRID_WIDTH` (or of `_WIDE_GRID_CHANNELS` input channels or more) are computed on
 a grid as wide as a phase's plane, where each tap's columns are one run (`HeldConv._phased`).
+Windows that tile the input (kernel = strides, no pads) are patches: one transposing copy
+writes the columns and no phase buffer is held (`HeldConv._patched`).
 
 The buffers belong to the run state that bound the step; run states are never shared by
 concurrent runs (onemodel/graph/run_state.py). An unbound run makes the same computation
@@ -108,8 +110,11 @@ class HeldConv:
         self.source = (..., *(slice(0, k) for k in kept))
         self.interior = []
         self.tasks = []
+        self.patches: np.ndarray | None = None
         if all(k == 1 for k in kernel) and not any(pads):
             self._pointwise(x_shape, out_spatial, strides)
+        elif len(kernel) == 2 and kernel == strides and not any(pads) and dilations == (1, 1):
+            self._patched(x_shape, out_spatial, kernel)
         elif len(kernel) == 2:
             self._phased(x_shape, out_spatial, kernel, strides, pads, dilations, reach, kept)
         else:
@@ -129,6 +134,21 @@ class HeldConv:
             columns = held.reshape(batch, channels, pixels)
             columns = columns[0] if batch == 1 else columns
         self.tasks.append(([], columns, None, None, (0, batch, 0, pixels)))
+
+    def _patched(
+        self, x_shape: tuple[int, ...], out_spatial: tuple[int, ...], kernel: tuple[int, ...]
+    ) -> None:
+        """Windows that tile the image (kernel = strides, no pads: ViT's, Swin's and ConvNeXt's
+        patch embeddings, SegFormer's reductions): x's patches are its columns in another
+        order, so one transposing copy writes them all, C·kh·kw rows of out_h·out_w, and one
+        GEMM (batched over images) reads them; no phase buffer and no tap copies."""
+        batch, channels = x_shape[:2]
+        (kh, kw), (out_h, out_w) = kernel, out_spatial
+        held = self._empty((batch, channels, kh, kw, out_h, out_w), self.matrix.dtype)
+        self.patches = held.transpose(0, 1, 4, 2, 5, 3)  # [n, c, y, i, x, j]
+        columns = held.reshape(batch, -1, out_h * out_w)
+        self.tasks.append(([], columns[0] if batch == 1 else columns, None, None,
+                           (0, batch, 0, out_h * out_w)))  # fmt: skip
 
     def _windowed(
         self,
@@ -286,9 +306,7 @@ class HeldConv:
     def copy_columns(self, x: np.ndarray) -> None:
         """Only the copies of a run, x into the buffer and every task's columns, without the
         GEMMs (what tools/conv_floor.py times as the cost of building columns)."""
-        x = x[self.source]
-        for target, index in self.interior:
-            np.copyto(target, x[index])
+        self._copy_in(x[self.source])
         for copies, *_ in self.tasks:
             for target, source in copies:
                 np.copyto(target, source)
@@ -297,11 +315,17 @@ class HeldConv:
         if not out.flags.c_contiguous:
             return False
         x = x[self.source]
-        for target, index in self.interior:
-            np.copyto(target, x[index])
+        self._copy_in(x)
         with small_buffers():  # the crop's broadcast add would buffer 8192 elements
             self._run_tasks(x, out.reshape(self.flat_shape), bias)
         return True
+
+    def _copy_in(self, x: np.ndarray) -> None:
+        """x (cropped to what the windows read) into the held buffer's interior or patches."""
+        if self.patches is not None:
+            np.copyto(self.patches, x.reshape(self.patches.shape))
+        for target, index in self.interior:
+            np.copyto(target, x[index])
 
     def _run_tasks(self, x: np.ndarray, flat: np.ndarray, bias: np.ndarray | None) -> None:
         matrix = self.matrix
