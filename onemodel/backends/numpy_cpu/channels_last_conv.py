@@ -47,8 +47,9 @@ def takes_channels_last(
     """Whether a dense 2-D convolution runs channels last: small output planes, windows that
     overlap at unit column dilation, and long enough runs of kw·C values. Windows that tile
     the input (strides as large as the kernel, ConvNeXt's 2×2/2 downsampling) are left to the
-    phase buffer, whose taps already copy whole planes (80 channels at 28×28, 2×2/2: 0.218
-    against 0.226 ms held, not worth another summation order than onnxruntime's)."""
+    planar patches (numpy_cpu/held_conv.py), one copy of whole planes already (80 channels at
+    28×28, 2×2/2: 0.218 against 0.226 ms through the phase buffer before the patches, not worth
+    another summation order than onnxruntime's)."""
     return (
         len(kernel) == 2
         and any(s < k for s, k in zip(strides, kernel, strict=True))
