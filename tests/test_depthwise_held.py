@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onemodel
 from onemodel.backends import KernelPaths
 from onemodel.backends.numpy_cpu import channels_last_taps, depthwise, shifted_columns
+from onemodel.backends.numpy_cpu.channel_scale import ChannelScale
 from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
 from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 from onemodel.graph.run_state import RunState
@@ -115,6 +116,24 @@ def test_a_non_contiguous_output_gets_the_direct_sum_and_nothing_else(name, form
     _conv(x, w, whole[:, 1 : 1 + channels], case, b)
     np.testing.assert_allclose(whole[:, 1 : 1 + channels], expected, rtol=1e-5, atol=1e-5)
     assert np.isnan(whole[:, [0, -1]]).all()
+
+
+def test_a_depthwise_1x1_filter_is_a_scale_per_channel():
+    """FastViT's and MobileOne's conv_scale branches: x · w_c + b_c in one multiply and one
+    add; strided or padded 1×1 filters keep the other paths."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((6, 1, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    geometry = ((1, 1), (1, 1), (0, 0, 0, 0), (1, 1))
+    held = depthwise.held_grouped(x.shape, w.reshape(6, 1), x.shape, *geometry)
+    assert isinstance(held, ChannelScale)
+    for source in (x, x.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)):  # any layout
+        out = np.full(x.shape, np.nan, np.float32)
+        assert held(source, out, b)
+        np.testing.assert_array_equal(out, x * w.reshape(1, 6, 1, 1) + b.reshape(1, 6, 1, 1))
+    strided = ((1, 1), (2, 2), (0, 0, 0, 0), (1, 1))
+    assert depthwise.held_grouped(x.shape, w.reshape(6, 1), (2, 6, 3, 4), *strided) is None
 
 
 def test_a_channel_multiplier_takes_the_grouped_shifted_columns_and_gets_the_direct_sum():

@@ -61,6 +61,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from onemodel.backends.array_types import Scratch
 from onemodel.backends.flat_phases import PhaseGrid, flat_phases, phase_grid
+from onemodel.backends.numpy_cpu.channel_scale import ChannelScale
 from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
 from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 
@@ -127,17 +128,21 @@ def held_grouped(
     *,
     x_channels_last: bool = False,
     out_channels_last: bool = False,
-) -> ChannelsLastTaps | ShiftedColumns | None:
+) -> ChannelScale | ChannelsLastTaps | ShiftedColumns | None:
     """The held form of a grouped convolution that has one (a bound step keeps it; an
     unbound run makes it over its scratch): for a depthwise filter (one output channel per
     input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS)
     or where x or out is held channels last (graph/layouts.py: its transposes are then
-    gone), else columns shifted from its stride phases where they fit the output's planes;
+    gone), else columns shifted from its stride phases where they fit the output's planes
+    (a 1×1 one at unit strides without pads: a scale per channel, numpy_cpu/channel_scale.py);
     for any other grouped filter those shifted columns, one matmul per block of groups."""
-    if len(kernel) != 2 or tuple(kernel) == (1, 1):
+    if len(kernel) != 2:
         return None
     window = (kernel, strides, pads, dilations)
     depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
+    if tuple(kernel) == (1, 1):
+        plain = all(s == 1 for s in strides) and not any(pads)
+        return ChannelScale(x_shape, taps) if depthwise and plain else None
     if not depthwise:
         groups = x_shape[1] * math.prod(kernel) // taps.shape[1]
         if (
