@@ -467,3 +467,67 @@ def test_per_channel_mul_and_add_fold_into_a_batch_normalization_of_known_rank(d
     np.testing.assert_allclose(
         results(proto, {"x": data}, OptimizationLevel.ALL)[0], plain, rtol=1e-5, atol=1e-5
     )
+
+
+def pad_conv_model(pads, value=None, mode="constant", group=1, opset=17, extra_reader=False):
+    """Pad (pads as a constant input, or the opset-2 attribute) then a Conv 3×3/2."""
+    channels = 4
+    pad_inputs = ["x", "pads"] + ([] if value is None else ["value"])
+    initializers = [const("pads", np.array(pads, np.int64))]
+    if value is not None:
+        initializers.append(const("value", np.array(value, np.float32)))
+    attrs = {"mode": mode}
+    if opset < 11:
+        pad_inputs, initializers, attrs = ["x"], [], {"mode": mode, "pads": pads}
+    w = RNG.standard_normal((8, channels // group, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Pad", pad_inputs, ["p"], **attrs),
+        helper.make_node("Conv", ["p", "w"], ["y"], strides=[2, 2], pads=[0, 1, 0, 0], group=group),
+    ]
+    outputs = [tensor("y", None)]
+    if extra_reader:
+        nodes.append(helper.make_node("Relu", ["p"], ["r"]))
+        outputs.append(tensor("r", None))
+    return model_of(
+        nodes, [tensor("x", [1, channels, 9, 10])], outputs, [const("w", w), *initializers],
+        opset=opset,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pads", "value", "group", "opset"),
+    [
+        ([0, 0, 0, 1, 0, 0, 1, 1], None, 1, 17),  # TF SAME at stride 2: the end pads
+        ([0, 0, 1, 1, 0, 0, 1, 2], 0.0, 4, 17),  # depthwise, an explicit zero
+        ([0, 0, 2, 0, 0, 0, 0, 3], None, 2, 9),  # the pads attribute
+    ],
+)
+def test_a_zero_pad_of_the_planes_becomes_the_conv_pads(pads, value, group, opset):
+    proto = pad_conv_model(pads, value, group=group, opset=opset)
+    sess = session(proto, OptimizationLevel.BASIC)
+    assert op_types(sess) == ["Conv"]
+    (conv,) = sess._graph.nodes
+    own = [0, 1, 0, 0]
+    assert list(conv.info.attributes["pads"]) == [
+        a + b for a, b in zip(own, pads[2:4] + pads[6:8], strict=True)
+    ]
+    x = RNG.standard_normal((1, 4, 9, 10)).astype(np.float32)
+    (mine,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(mine, onnxruntime_run(proto, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    exact = session(proto, mode=ExecutionMode.EXACT)
+    assert "Pad" in op_types(exact)  # exact mode keeps the Pad
+
+
+@pytest.mark.parametrize(
+    ("pads", "value", "mode", "extra_reader"),
+    [
+        ([0, 0, 0, 1, 0, 0, 1, 1], 1.5, "constant", False),  # not zeros
+        ([0, 0, 1, 1, 0, 0, 1, 1], None, "reflect", False),
+        ([0, 1, 0, 0, 0, 0, 0, 0], None, "constant", False),  # pads a channel
+        ([0, 0, -1, 0, 0, 0, 0, 0], None, "constant", False),  # crops
+        ([0, 0, 1, 1, 0, 0, 1, 1], None, "constant", True),  # read by another node too
+    ],
+)
+def test_other_pads_stay_before_the_conv(pads, value, mode, extra_reader):
+    proto = pad_conv_model(pads, value, mode=mode, extra_reader=extra_reader)
+    assert "Pad" in op_types(session(proto, OptimizationLevel.BASIC))

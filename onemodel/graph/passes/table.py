@@ -10,6 +10,7 @@ from onemodel.graph.passes.fold_batch_norm import FoldBatchNormalization
 from onemodel.graph.passes.fold_constants import FoldConstants
 from onemodel.graph.passes.fold_conv_affine import FoldConvAffine
 from onemodel.graph.passes.fold_conv_bias import FoldConvBias
+from onemodel.graph.passes.fold_pad_into_conv import FoldPadIntoConv
 from onemodel.graph.passes.fuse_elementwise import FuseElementwise
 from onemodel.graph.passes.pass_graph import PassGraph
 from onemodel.graph.passes.recognise_attention import RecogniseAttention
@@ -26,6 +27,7 @@ PASSES: tuple[GraphPass, ...] = (
     FoldBatchNormalization(),
     FoldConvBias(),
     FoldConvAffine(),
+    FoldPadIntoConv(),
     TransposeGemmWeight(),
     RecogniseLayerNormalization(),
     RecogniseGelu(),
