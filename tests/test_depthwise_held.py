@@ -120,7 +120,7 @@ def test_a_non_contiguous_output_gets_the_direct_sum_and_nothing_else(name, form
 
 def test_a_depthwise_1x1_filter_is_a_scale_per_channel():
     """FastViT's and MobileOne's conv_scale branches: x · w_c + b_c in one multiply and one
-    add; strided or padded 1×1 filters keep the other paths."""
+    add, over every s-th pixel at a stride; padded 1×1 filters keep the other paths."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
     w = rng.standard_normal((6, 1, 1, 1)).astype(np.float32)
@@ -133,7 +133,12 @@ def test_a_depthwise_1x1_filter_is_a_scale_per_channel():
         assert held(source, out, b)
         np.testing.assert_array_equal(out, x * w.reshape(1, 6, 1, 1) + b.reshape(1, 6, 1, 1))
     strided = ((1, 1), (2, 2), (0, 0, 0, 0), (1, 1))
-    assert depthwise.held_grouped(x.shape, w.reshape(6, 1), (2, 6, 3, 4), *strided) is None
+    held = depthwise.held_grouped(x.shape, w.reshape(6, 1), (2, 6, 3, 4), *strided)
+    out = np.full((2, 6, 3, 4), np.nan, np.float32)
+    assert isinstance(held, ChannelScale) and held(x, out, None)
+    np.testing.assert_array_equal(out, x[..., ::2, ::2] * w.reshape(1, 6, 1, 1))
+    padded = ((1, 1), (1, 1), (1, 0, 0, 0), (1, 1))
+    assert depthwise.held_grouped(x.shape, w.reshape(6, 1), (2, 6, 6, 7), *padded) is None
 
 
 def test_a_channel_multiplier_takes_the_grouped_shifted_columns_and_gets_the_direct_sum():

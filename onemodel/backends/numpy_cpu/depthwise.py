@@ -134,15 +134,14 @@ def held_grouped(
     input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS)
     or where x or out is held channels last (graph/layouts.py: its transposes are then
     gone), else columns shifted from its stride phases where they fit the output's planes
-    (a 1×1 one at unit strides without pads: a scale per channel, numpy_cpu/channel_scale.py);
+    (a 1×1 one without pads: a scale per channel, numpy_cpu/channel_scale.py);
     for any other grouped filter those shifted columns, one matmul per block of groups."""
     if len(kernel) != 2:
         return None
     window = (kernel, strides, pads, dilations)
     depthwise = out_shape[1] == x_shape[1] == taps.shape[0] and taps.shape[1] == math.prod(kernel)
     if tuple(kernel) == (1, 1):
-        plain = all(s == 1 for s in strides) and not any(pads)
-        return ChannelScale(x_shape, taps) if depthwise and plain else None
+        return ChannelScale(x_shape, taps, strides) if depthwise and not any(pads) else None
     if not depthwise:
         groups = x_shape[1] * math.prod(kernel) // taps.shape[1]
         if (
