@@ -50,6 +50,9 @@ def test_which_calls_get_a_row_buffer() -> None:
     narrow = np.empty((4096, 96), np.float32)
     assert row_buffer(np, narrow, narrow, np.ones(96, np.float32)) is None  # short rows
     assert row_buffer(np, narrow, narrow, np.ones((4096, 1), np.float32)) is None
+    planes = np.empty((1, 64, 64, 64), np.float32)  # a per-channel factor: runs of 4096
+    assert row_buffer(np, planes, planes, np.ones((64, 1, 1), np.float32)) == 64
+    assert row_buffer(np, planes, planes, np.ones(64, np.float32)) is None  # runs of 64
     wide = np.empty((4, 1 << 14), np.float32)
     assert row_buffer(np, wide, wide, np.ones(1 << 14, np.float32)) is None  # rows ≥ buffer
     small = np.empty((4, 1024), np.float32)
