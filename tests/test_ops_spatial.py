@@ -14,12 +14,15 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import onnxruntime
 import pytest
 from conformance_cases import case_params, node_cases, run_case
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 from operator_harness import assert_matches_onnxruntime, onnxruntime_outputs, refused, run_node
 
+import onemodel
 from onemodel.errors import ErrorKind
+from onemodel.graph.operators import resize
 from onemodel.graph.operators.base import NeedsRunTimeValues
 
 RESAMPLING = {"Resize", "Upsample", "GridSample", "AffineGrid", "RoiAlign"}
@@ -519,3 +522,31 @@ def test_trilu_keeps_booleans_and_refuses_vectors() -> None:
     (result,) = run_node("Trilu", [np.ones((3, 3), dtype=bool)], dict(upper=0), opset=14)
     np.testing.assert_array_equal(result, np.tril(np.ones((3, 3), dtype=bool)))
     refused(ErrorKind.INVALID_INPUT, "Trilu", [normal(3)], opset=14)
+
+
+@pytest.mark.parametrize(("mode", "sizes"), [("linear", (2, 3, 40, 24)), ("cubic", (2, 3, 11, 56))])
+def test_a_large_bound_resize_in_blocks_keeps_the_per_run_bits(mode, sizes, monkeypatch) -> None:
+    """HeldWeights cuts a step whose result is large into blocks of the axes before its own
+    (here forced small, so that blocks end unevenly): the same gathers, products and sums, so
+    the bits of the checked run, which weighs per run without blocks."""
+    monkeypatch.setattr(resize, "_BLOCKED_ABOVE", 1 << 10)
+    monkeypatch.setattr(resize, "_BLOCK_BYTES", 5 * 4 * sizes[3] * 4)  # 5 rows of a plane
+    x = normal(2, 3, 8, 6)
+    node = helper.make_node("Resize", ["x", "", "", "s"], ["y"], mode=mode)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(sizes, np.int64), "s")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    blocked = onemodel.Session.load(model.SerializeToString())
+    per_run = onemodel.Session.load(
+        model.SerializeToString(), onemodel.SessionOptions(checked=True)
+    )
+    (mine,) = blocked.run(None, {"x": x})
+    (reference,) = per_run.run(None, {"x": x})
+    assert mine.tobytes() == reference.tobytes()
+    theirs = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})[0]
+    np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)

@@ -471,12 +471,23 @@ class InterpolationOp(Operator):
             store(xp, result, out)
 
 
+# A step whose result is larger than _BLOCKED_ABOVE bytes runs in blocks of about
+# _BLOCK_BYTES over the axes before its own, so that its gathers, products and sums stay in
+# cache: LR-ASPP's ×8 bilinear upsampling of 21 planes to 320×320 (8.6 MB) took 2.8 ms for its
+# row axis in whole passes over memory (a multiply 0.9 ms, an add 0.6), the whole Resize 3.2 ms
+# against 2.2 in blocks (AMD EPYC, 1 thread). Results of 4 MB and less measured no gain (64
+# planes to 128×128: 1.8 whole, 2.0 in blocks).
+_BLOCKED_ABOVE = 1 << 22
+_BLOCK_BYTES = 1 << 18
+
+
 class HeldWeights:
     """`InterpolationOp.weigh` in fast mode for float data of the working type, as a bound
     call: the same gathers, products and sums in the same order (the same bits), with the
     taps' indices and weights on the backend and every intermediate array made once. A new
     array per tap and axis was most of a medium Resize's time (megabytes each, fresh pages
-    in every run); the last axis sums straight into the output."""
+    in every run); the last axis sums straight into the output, and large steps run in
+    blocks of the axes before theirs (`_BLOCK_BYTES`)."""
 
     def __init__(
         self,
@@ -505,28 +516,58 @@ class HeldWeights:
                 outside = along(t.axis, xp.asarray(t.outside))
             last = index == len(tables) - 1
             total = None if last else xp.empty(tuple(current), dtype=dtype)
-            term = xp.empty(tuple(current), dtype=dtype) if len(taps) > 1 else None
-            self.steps.append((t.axis, taps, total, term, outside))
+            blocks = _blocks(current, t.axis, np.dtype(dtype).itemsize)
+            block_shape = tuple(current) if blocks is None else (blocks[1], *current[t.axis :])
+            term = xp.empty(block_shape, dtype=dtype) if len(taps) > 1 else None
+            self.steps.append((t.axis, taps, total, term, outside, blocks))
         self.extrapolation = interpolation.extrapolation
 
     def __call__(self, data: Array, out: Array) -> None:
-        xp, take = self.xp, self.take
+        xp = self.xp
         result = data
         if not self.steps:
             xp.copyto(out, result)
             return
-        for axis, taps, total, term, outside in self.steps:
+        for axis, taps, total, term, outside, blocks in self.steps:
             total = out if total is None else total
-            (first, weight), rest = taps[0], taps[1:]
-            take(result, first, axis, total)
-            xp.multiply(total, weight, out=total)
-            for indices, weight in rest:
-                take(result, indices, axis, term)
-                xp.multiply(term, weight, out=term)
-                xp.add(total, term, out=total)
+            if blocks is None:
+                self._weigh(result, taps, axis, total, term)
+            elif not (result.flags.c_contiguous and total.flags.c_contiguous):  # a slice's out
+                whole = None if term is None else xp.empty(total.shape, dtype=total.dtype)
+                self._weigh(result, taps, axis, total, whole)
+            else:  # the axes before `axis` merged into one, cut into blocks
+                lead, step = blocks
+                source = result.reshape(lead, *result.shape[axis:])
+                target = total.reshape(lead, *total.shape[axis:])
+                for start in range(0, lead, step):
+                    part = slice(start, start + step)
+                    piece = None if term is None else term[: len(range(*part.indices(lead)))]
+                    self._weigh(source[part], taps, 1, target[part], piece)
             if outside is not None:
                 total[outside] = self.extrapolation
             result = total
+
+    def _weigh(self, result: Array, taps: list, axis: int, total: Array, term: Any) -> None:
+        """total = Σ taps' weights · result gathered along `axis`, in tap order."""
+        xp, take = self.xp, self.take
+        (first, weight), rest = taps[0], taps[1:]
+        take(result, first, axis, total)
+        xp.multiply(total, weight, out=total)
+        for indices, weight in rest:
+            take(result, indices, axis, term)
+            xp.multiply(term, weight, out=term)
+            xp.add(total, term, out=total)
+
+
+def _blocks(shape: Sequence[int], axis: int, itemsize: int) -> tuple[int, int] | None:
+    """(extent of the axes before `axis` merged, how many of them a block takes) for a result
+    of `shape` above _BLOCKED_ABOVE with more than one such position; else None."""
+    lead = math.prod(shape[:axis])
+    per_lead = math.prod(shape[axis:]) * itemsize
+    if lead <= 1 or lead * per_lead <= _BLOCKED_ABOVE:
+        return None
+    step = max(1, _BLOCK_BYTES // per_lead)
+    return (lead, step) if step < lead else None
 
 
 class ResizeOp(InterpolationOp):
