@@ -7,9 +7,9 @@ buffers that span several rows and copies the broadcast operand into them: x (25
 row needs no copy (0.07 ms), so on the host such calls run with the buffer size set to the
 output's last extent for the call, rounded down to the multiple of 16 NumPy requires (a buffer
 shorter than the row costs nothing: [256, 1000] times a per-row factor takes 0.058 ms with a
-992- or 16-element buffer, 0.082 ms with the default). Rows shorter than ROW_BUFFER_FROM keep
-the default: there one row's buffer costs a loop call per row, which the copies it saves do
-not repay. The setting lives in NumPy's per-thread
+992- or 16-element buffer, 0.082 ms with the default). Runs (the trailing axes NumPy's loop merges)
+shorter than ROW_BUFFER_FROM keep the default: there one row's buffer costs a loop call per
+run, which the copies it saves do not repay. The setting lives in NumPy's per-thread
 context and is restored after the call; inside a run it is set directly
 (fp_errors.buffered_run_state), not by np.setbufsize, which costs 6 us a call. Other libraries
 (CuPy) have no such buffer: the plain call.

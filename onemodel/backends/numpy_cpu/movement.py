@@ -53,8 +53,8 @@ def merged_permutation(
 
 def transpose_copy(x: np.ndarray, perm: Sequence[int], out: np.ndarray) -> None:
     """out (C-contiguous) = x.transpose(perm), blocked along the output's last axis when that
-    axis is not the input's last and the input's rows alias in the cache (see the module
-    docstring)."""
+    axis is not the input's last and the rows alias in the cache (see the module docstring
+    and `_ALIASED_ROW_BYTES`)."""
     if perm[-1] == x.ndim - 1 or not x.flags.c_contiguous:  # rows stay rows: one pass
         np.copyto(out, x.transpose(perm))
         return

@@ -150,8 +150,8 @@ class ShiftedColumns:
             for first in range(0, channels, block):
                 group = slice(first, min(channels, first + block))
                 count = group.stop - first
-                groups = slice(first // per_group, group.stop // per_group)
-                made = slice(groups.start * outputs, groups.stop * outputs)
+                block_groups = slice(first // per_group, group.stop // per_group)
+                made = slice(block_groups.start * outputs, block_groups.stop * outputs)
                 if self.planes is None:
                     planes = x[image, group].reshape(1, count, -1)
                 else:
@@ -165,7 +165,9 @@ class ShiftedColumns:
                 result = results[image, made]
                 columns = self.columns[:count].reshape(count // per_group, -1, result.shape[-1])
                 np.matmul(
-                    self.weights[groups], columns, out=result.reshape(columns.shape[0], outputs, -1)
+                    self.weights[block_groups],
+                    columns,
+                    out=result.reshape(columns.shape[0], outputs, -1),
                 )
                 if bias is not None:
                     np.add(result, bias[made, None, None], out=result)

@@ -541,7 +541,7 @@ class HeldWeights:
                 target = total.reshape(lead, *total.shape[axis:])
                 for start in range(0, lead, step):
                     part = slice(start, start + step)
-                    piece = None if term is None else term[: len(range(*part.indices(lead)))]
+                    piece = None if term is None else term[: min(step, lead - start)]
                     self._weigh(source[part], taps, 1, target[part], piece)
             if outside is not None:
                 total[outside] = self.extrapolation
