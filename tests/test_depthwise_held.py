@@ -65,7 +65,9 @@ def _operands(name, dtype, multiplier=1):
 
 
 def _force(monkeypatch, form: str) -> None:
-    """held_grouped takes `form` wherever it applies: every plane channels last, or none."""
+    """held_grouped takes the NumPy `form` wherever it applies: every plane channels last, or
+    none (the compiled form, tests/test_compiled_taps.py, switched off)."""
+    monkeypatch.setattr(depthwise, "COMPILED", False)
     planes = 1 << 30 if form == "channels last" else -1
     monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", planes)
     monkeypatch.setattr(depthwise, "WIDE_KERNEL_PIXELS", planes)
@@ -175,9 +177,10 @@ def test_a_channel_multiplier_takes_the_grouped_shifted_columns_and_gets_the_dir
         ((1, 32, 224, 224), 5, 1, ShiftedColumns),
     ],
 )
-def test_the_held_form_follows_the_plane_size_rule(x_shape, kernel, stride, form):
-    """MobileNet's and EfficientNet's layers: channels last up to 256 output pixels a plane
-    (1024 for a 5×5 kernel at unit strides), the shifted columns above."""
+def test_the_held_form_follows_the_plane_size_rule(x_shape, kernel, stride, form, monkeypatch):
+    """MobileNet's and EfficientNet's layers without numba: channels last up to 256 output
+    pixels a plane (1024 for a 5×5 kernel at unit strides), the shifted columns above."""
+    monkeypatch.setattr(depthwise, "COMPILED", False)
     pad = kernel // 2
     out_side = (x_shape[2] + 2 * pad - kernel) // stride + 1
     taps = np.zeros((x_shape[1], kernel * kernel), np.float32)

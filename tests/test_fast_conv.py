@@ -305,7 +305,7 @@ GROUPED = [name for name in CASES if name.startswith(("depthwise", "grouped"))]
 )
 @pytest.mark.parametrize("chunk", [1 << 20, 1], ids=["one block", "a channel a block"])
 def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monkeypatch):
-    """Each layout on every case (the tap-by-tap and held ones take one output channel per
+    """Each NumPy layout on every case (the tap-by-tap and held ones take one output channel per
     input channel, the shifted columns only phases that fit the output planes), in one block of
     images or channels and in blocks of one."""
 
@@ -315,6 +315,7 @@ def test_every_depthwise_layout_matches_the_direct_sum(name, layout, chunk, monk
         return getattr(depthwise, layout if one_to_one else "_gathered_columns")
 
     chosen = depthwise.tap_layout
+    monkeypatch.setattr(depthwise, "COMPILED", False)  # its own tests: test_compiled_taps.py
     planes = 1 << 30 if layout == "channels last" else -1  # held_grouped's plane limits
     monkeypatch.setattr(depthwise, "CHANNELS_LAST_PIXELS", planes)
     monkeypatch.setattr(depthwise, "WIDE_KERNEL_PIXELS", planes)

@@ -63,6 +63,7 @@ from onemodel.backends.array_types import Scratch
 from onemodel.backends.flat_phases import PhaseGrid, flat_phases, phase_grid
 from onemodel.backends.numpy_cpu.channel_scale import ChannelScale
 from onemodel.backends.numpy_cpu.channels_last_taps import ChannelsLastTaps
+from onemodel.backends.numpy_cpu.compiled_taps import CompiledTaps, compiles
 from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_output_planes
 
 # A depthwise filter runs channels last, every tap in one einsum (numpy_cpu/channels_last_taps.py)
@@ -75,6 +76,10 @@ from onemodel.backends.numpy_cpu.shifted_columns import ShiftedColumns, fits_out
 # channels: 2.04 against 1.14).
 CHANNELS_LAST_PIXELS = 256
 WIDE_KERNEL_PIXELS = 1 << 14
+# Whether a float32 depthwise filter takes its numba-compiled form where numba is there
+# (numpy_cpu/compiled_taps.py: 2× the fastest NumPy form on MobileNet's layers); tests turn
+# it off to reach the NumPy forms.
+COMPILED = True
 # Images go through a layout a few at a time, so that its operands stay in cache: all 8
 # images of a 96 × 56 × 56 batch in one run streamed 10 MB arrays 17 times tap by tap.
 _CHUNK_ELEMENTS = 1 << 19
@@ -128,10 +133,11 @@ def held_grouped(
     *,
     x_channels_last: bool = False,
     out_channels_last: bool = False,
-) -> ChannelScale | ChannelsLastTaps | ShiftedColumns | None:
+) -> ChannelScale | CompiledTaps | ChannelsLastTaps | ShiftedColumns | None:
     """The held form of a grouped convolution that has one (a bound step keeps it; an
     unbound run makes it over its scratch): for a depthwise filter (one output channel per
-    input channel) channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS)
+    input channel) its compiled form where numba compiles it (numpy_cpu/compiled_taps.py),
+    else channels last over small planes (CHANNELS_LAST_PIXELS, WIDE_KERNEL_PIXELS)
     or where x or out is held channels last (graph/layouts.py: its transposes are then
     gone), else columns shifted from its stride phases where they fit the output's planes
     (a 1×1 one without pads: a scale per channel, numpy_cpu/channel_scale.py);
@@ -151,6 +157,11 @@ def held_grouped(
         ):
             return None
         return ShiftedColumns(x_shape, taps, out_shape, *window, allocate, groups=groups)
+    if COMPILED and compiles(taps.dtype, kernel, strides, dilations):
+        return CompiledTaps(
+            x_shape, taps, out_shape, *window, warm=allocate is None,
+            x_channels_last=x_channels_last, out_channels_last=out_channels_last,
+        )  # fmt: skip
     wide = taps.shape[1] > 9
     if (
         x_channels_last

@@ -1,0 +1,45 @@
+"""Numba, where it is installed, for the loops NumPy cannot write as a few whole-array passes.
+
+A depthwise convolution in NumPy is taps × 2 passes over memory, or a copy of every tap's
+columns and a BLAS product per channel (numpy_cpu/depthwise.py); compiled, every output pixel
+sums its taps in registers in one pass. Numba is optional: where it is missing, fails to
+import, or ONEMODEL_JIT=0 is set, `jitted` returns None and the NumPy forms run. It is
+imported only when a session first binds a step that has a compiled form, so loading and
+running a model without one never pays its import (tests/test_cold_start.py).
+
+Compiled code is cached on disk (numba's `cache=True`: beside this package where it can
+write, else in the user's cache folder), so a kernel compiles once per machine and
+specialisation, not once per process. Fast mode only: exact mode never binds these forms.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+# Set to 0 to run the NumPy forms only (the comparison in tests, or a platform where numba
+# misbehaves).
+ENVIRONMENT_SWITCH = "ONEMODEL_JIT"
+
+
+@functools.cache
+def _numba() -> Any | None:
+    if os.environ.get(ENVIRONMENT_SWITCH, "1") == "0":
+        return None
+    try:
+        import numba
+    except Exception:  # not installed, or built for another NumPy: the NumPy forms run
+        return None
+    return numba
+
+
+@functools.cache
+def jitted(function: Callable[..., Any]) -> Callable[..., Any] | None:
+    """`function` compiled by numba (no Python objects, bounds unchecked, floating-point
+    contraction into fused multiply-adds allowed), or None where numba is not available."""
+    numba = _numba()
+    if numba is None:
+        return None
+    return numba.njit(cache=True, boundscheck=False, fastmath={"contract"})(function)
