@@ -102,6 +102,10 @@ class ArrayKernels(ConvolutionKernels):
         """No generated kernels here: a fused chain runs member by member."""
         return None
 
+    def compiled_activation(self, kernel: Any, x: Any, out: Any, parameters: tuple) -> bool:
+        """No compiled activations here: the shared kernels of backends/activations.py run."""
+        return False
+
     # -- element-wise ------------------------------------------------------------------------
 
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:

@@ -73,6 +73,12 @@ class Kernels(Protocol):
         generated kernel for `run_elementwise_chain`, or None: members then run one by one.
         Only backends that generate kernels (CuPy) return one."""
 
+    def compiled_activation(self, kernel: Any, x: Any, out: Any, parameters: tuple) -> bool:
+        """out = the fast-mode activation `kernel` (of backends/activations.py, with its
+        `parameters`) of x by a compiled one-pass form, True; or False, having written
+        nothing, where the backend has none for it or for these arrays (the NumPy backend
+        compiles some with numba: numpy_cpu/compiled_activations.py)."""
+
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
         """out = a op b, element by element; all three have one shape."""
 

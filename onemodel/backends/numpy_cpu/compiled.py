@@ -8,8 +8,9 @@ imported only when a session first binds a step that has a compiled form, so loa
 running a model without one never pays its import (tests/test_cold_start.py).
 
 Compiled code is cached on disk (numba's `cache=True`: beside this package where it can
-write, else in the user's cache folder), so a kernel compiles once per machine and
-specialisation, not once per process. Fast mode only: exact mode never binds these forms.
+write, else in the user's cache folder, else not at all), so a kernel compiles once per
+machine and specialisation, not once per process. Fast mode only: exact mode never runs
+these forms.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ def _numba() -> Any | None:
 
 
 @functools.cache
-def jitted(function: Callable[..., Any]) -> Callable[..., Any] | None:
-    """`function` compiled by numba (no Python objects, bounds unchecked, floating-point
-    contraction into fused multiply-adds allowed), or None where numba is not available."""
+def jitted(function: Callable[..., Any], contract: bool = True) -> Callable[..., Any] | None:
+    """`function` compiled by numba (no Python objects, bounds unchecked, and with `contract`
+    a multiply and an add fused into one rounding where the compiler likes), or None where
+    numba is not available."""
     numba = _numba()
     if numba is None:
         return None
-    return numba.njit(cache=True, boundscheck=False, fastmath={"contract"})(function)
+    options = {"boundscheck": False, "fastmath": {"contract"} if contract else False}
+    try:
+        return numba.njit(cache=True, **options)(function)
+    except RuntimeError:  # no folder numba can write its cache to: compile once per process
+        return numba.njit(**options)(function)

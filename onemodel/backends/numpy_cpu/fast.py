@@ -13,6 +13,7 @@ from onemodel.backends.array_kernels import ArrayKernels
 from onemodel.backends.array_types import Scratch, stacked_rows
 from onemodel.backends.convolution import conv_geometry
 from onemodel.backends.fp_errors import quiet
+from onemodel.backends.numpy_cpu.compiled_activations import run_compiled
 from onemodel.backends.numpy_cpu.depthwise import grouped_conv, held_grouped, takes_grouped
 from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
@@ -61,6 +62,10 @@ class NumpyKernels(ArrayKernels):
 
     def use_threads(self, count: int) -> None:
         BLAS_THREADS.use(count)
+
+    def compiled_activation(self, kernel: Any, x: Any, out: Any, parameters: tuple) -> bool:
+        """numba's one-pass form (numpy_cpu/compiled_activations.py), where it has one."""
+        return run_compiled(kernel, x, out, parameters)
 
     def conv_weights(self, w: Any, group: int) -> Any:
         """The shared matrix, with the Winograd transform of a 3×3 filter that has one.

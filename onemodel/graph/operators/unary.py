@@ -103,9 +103,9 @@ class ElementwiseUnary(Operator):
                 self.compute_exact(ctx.kernels, x, outputs[0])
             elif self.fast_kernel is not None and x.dtype.kind in "fV" and x.dtype.itemsize < 8:
                 kernel, work = self.fast_kernel
-                float32_kernel(
-                    kernel, work, ctx.xp, x, outputs[0], ctx.scratch, *self.fast_parameters()
-                )
+                parameters = self.fast_parameters()
+                if not ctx.kernels.compiled_activation(kernel, x, outputs[0], parameters):
+                    float32_kernel(kernel, work, ctx.xp, x, outputs[0], ctx.scratch, *parameters)
             else:
                 self.compute(ctx.xp, x, outputs[0])
 
