@@ -210,7 +210,10 @@ def test_a_stack_times_one_matrix_is_one_product_of_all_its_rows(
         assert bound.tobytes() == out.tobytes()
         strided = np.zeros((2, 3, 5, 16), dtype)[..., ::2]  # a view the product must reach
         kernels.weight_product(np.dtype(dtype), 4)(a, w, out=strided)
-        np.testing.assert_allclose(strided, out, rtol=1e-6)
+        # Into a strided view NumPy may sum in another order: within 16 roundings of the
+        # terms' magnitudes (a relative bound fails where the terms cancel).
+        scale = np.abs(a) @ np.abs(w) * 16 * np.finfo(dtype).eps
+        assert np.all(np.abs(strided - out) <= scale)
 
 
 def _embedding() -> bytes:

@@ -5,6 +5,8 @@ decline."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -39,8 +41,73 @@ def _cases():
             yield pytest.param(kernel, parameters, id=f"{kernel.__name__}{parameters}")
 
 
+GATES = {
+    activations.sigmoid: [()],
+    activations.swish: [(1.0,), (1.702,), (-0.5,)],
+}
+
+
+# Gelu's erf form is held to its stated bounds through the operator (tests/test_fast_erf.py);
+# its tanh form here.
+GELU = {activations.gelu, activations.gelu_tanh}
+
+
 def test_every_compiled_kernel_is_tested():
-    assert set(COMPILED) == set(PARAMETERS)
+    assert set(COMPILED) == set(PARAMETERS) | set(GATES) | GELU
+
+
+def test_gelu_tanh_is_x_times_the_sigmoid_of_2u_relatively_accurate():
+    """x/(1 + e^(-2u)), u = √(2/π)·(x + 0.044715·x³), against float64's: no 1 + tanh(u) to
+    cancel in the negative tail, so the error is relative there too, within (4 + 3·|2u|)·2^-24
+    (2u rounded in float32 is off by up to a few ulps of itself, which e^(-2u) turns into
+    that much relative error: the float32 evaluation's, not the kernel's)."""
+    x = np.concatenate([np.linspace(-12, 12, 40001), np.geomspace(1e-30, 1e4, 2000)])
+    x = np.concatenate([x, -x]).astype(np.float32)
+    out = np.empty_like(x)
+    assert run_compiled(activations.gelu_tanh, x, out, ())
+    wide = x.astype(np.float64)
+    u = math.sqrt(2 / math.pi) * (wide + 0.044715 * wide**3)
+    with np.errstate(over="ignore"):
+        truth = wide / (1 + np.exp(-2 * u))
+    large = np.abs(truth) >= 1e-30
+    bound = (4 + 3 * np.abs(2 * u[large])) * 2.0**-24
+    assert np.all(np.abs(out[large] - truth[large]) / np.abs(truth[large]) <= bound)
+    assert np.all(np.abs(out[~large] - truth[~large]) <= 1e-30)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "parameters"),
+    [pytest.param(k, p, id=f"{k.__name__}{p}") for k, sets in GATES.items() for p in sets],
+)
+def test_the_exp_gate_is_within_3_times_2_to_the_minus_24_relative(kernel, parameters):
+    """Sigmoid and Swish through Cephes' expf against float64's: relative error within
+    3·2^-24, a float32 ulp and a half at most (the NumPy form's tanh is accurate to 2^-24
+    absolute only), the limits at ±inf, NaN kept, and what the NumPy form gives at the
+    infinities of Swish (inf, and NaN for inf·0)."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate(
+        [SPECIAL, np.linspace(-110, 110, 20001, dtype=np.float32), rng.standard_normal(4000)]
+    ).astype(np.float32)
+    out = np.empty_like(x)
+    assert run_compiled(kernel, x, out, parameters)
+    alpha = np.float32(parameters[0] if parameters else 1.0)
+    wide = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        # exp's argument as float32 forms it (-alpha·x rounded, exact for alpha 1): its
+        # rounding, up to 2^-24·|alpha·x| absolute, is the parameter's, not the kernel's.
+        truth = 1 / (1 + np.exp((-alpha * x).astype(np.float64)))
+        truth = truth * wide if kernel is activations.swish else truth
+    finite = np.isfinite(x)
+    # Relative where the result is well above float32's smallest normal; below 1e-30 (the
+    # exp clamped past 89, Swish's x·e^-89 with |x| up to 1e8) within 1e-30.
+    large = finite & (np.abs(truth) >= 1e-30)
+    error = np.abs(out[large] - truth[large]) / np.abs(truth[large])
+    assert error.max() <= 3 * 2.0**-24
+    assert np.all(np.abs(out[finite & ~large] - truth[finite & ~large]) <= 1e-30)
+    expected_special = _numpy_form(kernel, SPECIAL, parameters)
+    got = out[: len(SPECIAL)]
+    for index in (0, 1, 2):  # NaN, +inf, -inf
+        np.testing.assert_array_equal(got[index], expected_special[index])
 
 
 @pytest.mark.parametrize(("kernel", "parameters"), list(_cases()))
@@ -73,5 +140,5 @@ def test_other_types_layouts_and_kernels_are_declined_untouched():
     assert not run_compiled(activations.hard_swish, x, out.astype(np.float16), ())
     assert not run_compiled(activations.hard_swish, x[:, ::2], out[:, ::2], ())  # strided
     assert not run_compiled(activations.hard_swish, x, np.full((6, 4), 0.0, np.float32).T, ())
-    assert not run_compiled(activations.gelu, x, out, ())  # no compiled form
+    assert not run_compiled(activations.erf, x, out, ())  # no compiled form
     assert np.isnan(out).all()

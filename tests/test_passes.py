@@ -118,7 +118,16 @@ def test_a_generated_weight_folds_up_to_the_session_limit(monkeypatch):
     proto = model_of(nodes, [tensor("x", [1, 5120])], [tensor("y", [1, 4096])], [const("s", shape)])
     x = RNG.standard_normal((1, 5120)).astype(np.float32)
     assert op_types(session(proto, OptimizationLevel.BASIC)) == ["MatMul"]
-    assert_same_bits(proto, {"x": x}, OptimizationLevel.BASIC)
+    # A MatMul's fast form may differ by a rounding with a weight known at load (a product
+    # with the weight prepared once) and without; exact mode's bits may not.
+    plain, folded = (
+        session(proto, level, mode="exact").run(None, {"x": x})
+        for level in (OptimizationLevel.NONE, OptimizationLevel.BASIC)
+    )
+    assert plain[0].tobytes() == folded[0].tobytes()
+    np.testing.assert_allclose(
+        results(proto, {"x": x}, OptimizationLevel.BASIC)[0], plain[0], rtol=1e-5, atol=1e-5
+    )
     monkeypatch.setattr(fold_constants, "SESSION_FOLD_LIMIT_BYTES", 64 * 1024 * 1024)
     assert op_types(session(proto, OptimizationLevel.BASIC)) == ["ConstantOfShape", "MatMul"]
 

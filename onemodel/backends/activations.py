@@ -41,7 +41,7 @@ def _scaled_argument(coefficients: tuple[float, ...], argument: float) -> tuple[
 
 # Gelu's Φ(x) = (1 + erf(x/√2))/2 = (1 + tanh(h·P'(h²)))/2 with h = x/2 (erf's argument x/√2 is
 # h·√2): Gelu(x) = h·(1 + tanh(h·P'(h²))).
-_GELU_TANH = _scaled_argument(_ERF_TANH, math.sqrt(2.0))
+GELU_ERF_TANH = _scaled_argument(_ERF_TANH, math.sqrt(2.0))
 
 
 def run_blocked(
@@ -178,7 +178,7 @@ def gelu(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
     h, t = work[:2]
     half, one = constants(xp, x, (0.5, 1.0))
     xp.multiply(x, half, h)
-    _tanh_of_odd_polynomial(xp, h, t, out, t, _GELU_TANH)  # x is not read again: out is work
+    _tanh_of_odd_polynomial(xp, h, t, out, t, GELU_ERF_TANH)  # x is not read again: out is work
     xp.add(t, one, t)
     xp.multiply(t, h, out)
 

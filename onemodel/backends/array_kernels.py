@@ -106,6 +106,14 @@ class ArrayKernels(ConvolutionKernels):
         """No compiled activations here: the shared kernels of backends/activations.py run."""
         return False
 
+    def compiled_cast(self, x: Any, out: Any) -> bool:
+        """No compiled casts here: backends/casts.py's `fast_cast` runs."""
+        return False
+
+    def compiled_softmax(self, x: Any, out: Any, log: bool) -> bool:
+        """No compiled softmax here: the operator's array forms run."""
+        return False
+
     # -- element-wise ------------------------------------------------------------------------
 
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:

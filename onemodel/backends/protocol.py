@@ -79,6 +79,16 @@ class Kernels(Protocol):
         nothing, where the backend has none for it or for these arrays (the NumPy backend
         compiles some with numba: numpy_cpu/compiled_activations.py)."""
 
+    def compiled_cast(self, x: Any, out: Any) -> bool:
+        """out = x converted by a compiled form giving `backends.casts.fast_cast`'s answer,
+        True; or False, having written nothing, where the backend has none for these arrays
+        (the NumPy backend's float32 ↔ float16: numpy_cpu/compiled_casts.py)."""
+
+    def compiled_softmax(self, x: Any, out: Any, log: bool) -> bool:
+        """out = Softmax (LogSoftmax where `log`) of float32 x along its last axis by a
+        compiled form, True; or False, having written nothing, where the backend has none for
+        these arrays (the NumPy backend's: numpy_cpu/compiled_exponentials.py)."""
+
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
         """out = a op b, element by element; all three have one shape."""
 

@@ -38,13 +38,19 @@ def _numba() -> Any | None:
 
 @functools.cache
 def jitted(function: Callable[..., Any], contract: bool = True) -> Callable[..., Any] | None:
-    """`function` compiled by numba (no Python objects, bounds unchecked, and with `contract`
-    a multiply and an add fused into one rounding where the compiler likes), or None where
-    numba is not available."""
+    """`function` compiled by numba (no Python objects, bounds unchecked, IEEE division, and
+    with `contract` a multiply and an add fused into one rounding where the compiler likes),
+    or None where numba is not available."""
     numba = _numba()
     if numba is None:
         return None
-    options = {"boundscheck": False, "fastmath": {"contract"} if contract else False}
+    # error_model "numpy": a division by zero is IEEE's, not a Python exception (whose check
+    # stops a loop with a division from vectorising).
+    options = {
+        "boundscheck": False,
+        "error_model": "numpy",
+        "fastmath": {"contract"} if contract else False,
+    }
     try:
         return numba.njit(cache=True, **options)(function)
     except RuntimeError:  # no folder numba can write its cache to: compile once per process

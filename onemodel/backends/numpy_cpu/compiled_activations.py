@@ -1,15 +1,18 @@
 """Float32 activations compiled by numba (numpy_cpu/compiled.py): one pass each, where
-backends/activations.py's NumPy forms take two to four whole-array passes.
+backends/activations.py's NumPy forms take two to five whole-array passes.
 
 Each kernel reads x and writes out element by element over flat runs, so out may be x's
-memory; NaN stays NaN and ±0 and ±inf give what the NumPy forms give. Only the activations
-without a transcendental: an exp-based gate (Sigmoid, SiLU) written here, Cephes' expf
-polynomial with 2^k from its exponent bits, measured 2.4× slower than the NumPy forms'
-tanh (256k elements: 0.57 against 0.24 ms), numba having no vectorised exp of its own.
+memory. HardSigmoid, HardSwish, LeakyRelu and ThresholdedRelu round each operation as NumPy
+does: the NumPy forms' bits, NaN, ±0 and ±inf included. Sigmoid, Swish and Gelu (both forms)
+are x·1/(1 + e^(-x·Q(x²))) or its gate alone (numpy_cpu/compiled_exponentials.py): Gelu's
+h·(1 + tanh(u)) with h = x/2 is x/(1 + e^(-2u)), with no 1 + tanh(u) to cancel in the negative
+tail; Sigmoid and Swish are within 3·2^-24 relative, where the NumPy forms' tanh is within
+2^-24 absolute.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +21,12 @@ import numpy as np
 from onemodel.backends import activations
 from onemodel.backends.blocking import in_memory_order
 from onemodel.backends.numpy_cpu.compiled import jitted
+from onemodel.backends.numpy_cpu.compiled_exponentials import (
+    BLOCK,
+    GATE,
+    GATE_TIMES_X,
+    exponentials,
+)
 
 
 def _hard_sigmoid(x, out, alpha, beta):
@@ -53,18 +62,37 @@ def _thresholded_relu(x, out, alpha):
         out[i] = v if v > alpha else zero
 
 
+def _gate(coefficients: tuple, mode: int) -> tuple:
+    """`exponentials`' arguments after x and out for a gate: no row maxima, Q, the mode, its
+    block buffers."""
+    return _NO_PEAKS, coefficients, mode, np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32)
+
+
 _F = np.float32
+_NO_PEAKS = np.zeros(1, np.float32)
+# Gelu = h·(1 + tanh(u)) with h = x/2 = x/(1 + e^(-2u)): erf's form u = h·P'(h²)
+# (backends/activations.py) gives 2u = x·Σ P'_k·(x²/4)^k; the tanh form's u = √(2/π)·(x +
+# 0.044715·x³) gives 2u = x·(2√(2/π) + 2√(2/π)·0.044715·x²). No 1 + tanh to cancel.
+_GELU_ERF = tuple(_F(c / 4.0**k) for k, c in enumerate(activations.GELU_ERF_TANH))
+_GELU_TANH_FORM = (_F(2 * math.sqrt(2 / math.pi)), _F(2 * math.sqrt(2 / math.pi) * 0.044715))
 # backends/activations.py's kernel → (its compiled one-pass form, its arguments after x and
 # out from the kernel's parameters). 256k elements, ms, compiled against NumPy (AMD EPYC, one
 # thread, one run): HardSigmoid 0.039 against 0.118, HardSwish 0.047 against 0.191, LeakyRelu
-# 0.039 against 0.086, ThresholdedRelu 0.038 against 0.124; at 4M 2.7 against 6.9, 2.6
-# against 5.7, 1.9 against 3.6, 1.1 against 3.8.
+# 0.039 against 0.086, ThresholdedRelu 0.038 against 0.124, SiLU 0.11 against 0.24.
 COMPILED: dict[Callable[..., None], tuple[Callable[..., None], Callable[..., tuple]]] = {
     activations.hard_sigmoid: (_hard_sigmoid, lambda alpha, beta: (_F(alpha), _F(beta))),
     activations.hard_swish: (_hard_swish, lambda: ()),
     activations.leaky_relu: (_leaky_relu, lambda alpha: (_F(alpha),)),
     activations.thresholded_relu: (_thresholded_relu, lambda alpha: (_F(alpha),)),
+    activations.swish: (exponentials, lambda alpha: _gate((_F(alpha),), GATE_TIMES_X)),
+    activations.sigmoid: (exponentials, lambda: _gate((_F(1),), GATE)),
+    activations.gelu: (exponentials, lambda: _gate(_GELU_ERF, GATE_TIMES_X)),
+    activations.gelu_tanh: (exponentials, lambda: _gate(_GELU_TANH_FORM, GATE_TIMES_X)),
 }
+# The forms that give the NumPy forms' bits (each operation rounded as NumPy rounds it); the
+# sigmoid gate (numpy_cpu/compiled_exponentials.py) is its own function, contracted into fused
+# multiply-adds.
+_SAME_BITS = frozenset({_hard_sigmoid, _hard_swish, _leaky_relu, _thresholded_relu})
 
 
 def run_compiled(kernel: Callable[..., None], x: Any, out: Any, parameters: tuple) -> bool:
@@ -80,8 +108,11 @@ def run_compiled(kernel: Callable[..., None], x: Any, out: Any, parameters: tupl
             return False
         x, out = ordered
     function, arguments = entry
-    compiled = jitted(function, contract=False)  # each operation rounded, as in NumPy
+    compiled = jitted(function, contract=function not in _SAME_BITS)
     if compiled is None:
         return False
-    compiled(x.reshape(-1), out.reshape(-1), *arguments(*parameters))
+    flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    if function is exponentials:  # one row
+        flat_x, flat_out = flat_x.reshape(1, -1), flat_out.reshape(1, -1)
+    compiled(flat_x, flat_out, *arguments(*parameters))
     return True

@@ -14,6 +14,8 @@ from onemodel.backends.array_types import Scratch, stacked_rows
 from onemodel.backends.convolution import conv_geometry
 from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.compiled_activations import run_compiled
+from onemodel.backends.numpy_cpu.compiled_casts import compiled_cast
+from onemodel.backends.numpy_cpu.compiled_exponentials import compiled_softmax
 from onemodel.backends.numpy_cpu.depthwise import grouped_conv, held_grouped, takes_grouped
 from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
@@ -66,6 +68,14 @@ class NumpyKernels(ArrayKernels):
     def compiled_activation(self, kernel: Any, x: Any, out: Any, parameters: tuple) -> bool:
         """numba's one-pass form (numpy_cpu/compiled_activations.py), where it has one."""
         return run_compiled(kernel, x, out, parameters)
+
+    def compiled_cast(self, x: Any, out: Any) -> bool:
+        """numba's float32 ↔ float16 (numpy_cpu/compiled_casts.py), where it applies."""
+        return compiled_cast(x, out)
+
+    def compiled_softmax(self, x: Any, out: Any, log: bool) -> bool:
+        """numba's rows (numpy_cpu/compiled_exponentials.py), where they apply."""
+        return compiled_softmax(x, out, log)
 
     def conv_weights(self, w: Any, group: int) -> Any:
         """The shared matrix, with the Winograd transform of a 3×3 filter that has one.

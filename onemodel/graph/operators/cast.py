@@ -69,7 +69,7 @@ class Conversion(Operator):
 
     def run(self, ctx: RunContext, inputs: list[Array | None], outputs: list[Array]) -> None:
         xp, x, out = ctx.xp, inputs[0], outputs[0]
-        if not ctx.exact and fast_cast(xp, x, out):
+        if not ctx.exact and (ctx.kernels.compiled_cast(x, out) or fast_cast(xp, x, out)):
             return
         source, target = onnx_code_for_numpy(x.dtype), onnx_code_for_numpy(out.dtype)
         with np.errstate(all="ignore"):  # overflow to inf and NaN to integers are defined here

@@ -66,8 +66,15 @@ class AxisNormalization(Operator):
             self._along_exact(ctx.kernels, x, axis, out)
             return
         xp = ctx.xp
-        if x.dtype == out.dtype == np.float32 and self._into(xp, x, axis, out, ctx.scratch):
-            return
+        if x.dtype == out.dtype == np.float32:
+            if (
+                self.compiled_log is not None
+                and axis == x.ndim - 1
+                and ctx.kernels.compiled_softmax(x, out, self.compiled_log)
+            ):
+                return
+            if self._into(xp, x, axis, out, ctx.scratch):
+                return
         # float16 steps in float16, as ONNX's own definition and reference do (a tested
         # conformance case tells the two apart by 2 ulps); bfloat16, which NumPy cannot
         # compute in, widens to float32.
@@ -100,6 +107,9 @@ class AxisNormalization(Operator):
         return True
 
     has_fast_rows = False
+    # Softmax (False) and LogSoftmax (True) along the last axis have a backend's compiled form
+    # to ask for first (`Kernels.compiled_softmax`); None: none.
+    compiled_log: bool | None = None
 
     def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
         """The fast float32 result along `axis` into `out`, with one work array like x."""
@@ -122,6 +132,7 @@ class SoftmaxOp(AxisNormalization):
         return values
 
     has_fast_rows = True
+    compiled_log = False
 
     def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
         """exp(x − max) (or exp(x) where `_exp_cannot_overflow`), its sums along the axis and a
@@ -149,6 +160,7 @@ class LogSoftmaxOp(AxisNormalization):
         return values
 
     has_fast_rows = True
+    compiled_log = True
 
     def _rows(self, xp: Any, x: Array, axis: int, out: Array, work: Array) -> None:
         """The shifted values into `out`, their exp into the work array, two reductions."""
