@@ -47,13 +47,32 @@ GATES = {
 }
 
 
-# Gelu's erf form is held to its stated bounds through the operator (tests/test_fast_erf.py);
-# its tanh form here.
-GELU = {activations.gelu, activations.gelu_tanh}
+# Erf and Gelu's erf form are held to their stated bounds through the operator over a dense
+# sweep (tests/test_fast_erf.py); Gelu's tanh form and Erf's special values here.
+ODD = {activations.gelu, activations.gelu_tanh, activations.erf}
 
 
 def test_every_compiled_kernel_is_tested():
-    assert set(COMPILED) == set(PARAMETERS) | set(GATES) | GELU
+    assert set(COMPILED) == set(PARAMETERS) | set(GATES) | ODD
+
+
+def test_erf_keeps_the_sign_of_zero_and_tiny_values_and_saturates():
+    x = np.concatenate([SPECIAL, np.float32([1e-30, -2.0**-126, 0.6249, 0.6251, 9.0, -40.0])])
+    out = np.full_like(x, 7.0)
+    assert run_compiled(activations.erf, x, out, ())
+    want = np.array([math.erf(v) if not math.isnan(v) else v for v in x.tolist()], np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(out), nan)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+    np.testing.assert_allclose(out[~nan], want[~nan], rtol=4 * 2.0**-24, atol=0)
+
+
+def test_erf_in_place_reads_each_value_before_writing_it():
+    x = np.random.default_rng(5).standard_normal(3000).astype(np.float32) * 2
+    apart = np.empty_like(x)
+    assert run_compiled(activations.erf, x, apart, ())
+    assert run_compiled(activations.erf, x, x, ())
+    np.testing.assert_array_equal(x, apart)
 
 
 def test_gelu_tanh_is_x_times_the_sigmoid_of_2u_relatively_accurate():
@@ -140,5 +159,5 @@ def test_other_types_layouts_and_kernels_are_declined_untouched():
     assert not run_compiled(activations.hard_swish, x, out.astype(np.float16), ())
     assert not run_compiled(activations.hard_swish, x[:, ::2], out[:, ::2], ())  # strided
     assert not run_compiled(activations.hard_swish, x, np.full((6, 4), 0.0, np.float32).T, ())
-    assert not run_compiled(activations.erf, x, out, ())  # no compiled form
+    assert not run_compiled(activations.softplus, x, out, ())  # no compiled form
     assert np.isnan(out).all()

@@ -5,6 +5,7 @@ boundaries, subnormals, overflow, ±0, ±inf and NaN; and the arrays they declin
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from onemodel.backends.numpy_cpu.compiled_casts import COMPILED_FROM, compiled_cast
 from tests.operator_harness import run_node
@@ -59,5 +60,45 @@ def test_small_strided_and_other_arrays_are_declined_untouched():
     out = np.full((COMPILED_FROM, 2), np.nan, np.float16)
     assert not compiled_cast(x[:, :1], out[:, :1])  # strided
     assert not compiled_cast(x.astype(np.float64), out)
-    assert not compiled_cast(x, out.astype(np.int32))
+    assert not compiled_cast(x, np.zeros(x.shape, bool))  # no compiled form
+    assert not compiled_cast(x.astype(np.float16), np.zeros(x.shape, np.int32))
     assert np.isnan(out).all()
+
+
+@pytest.mark.parametrize("source", [np.float32, np.float64])
+@pytest.mark.parametrize("target", list("bBhHiIqQ"))
+def test_floats_in_range_truncate_to_integers_as_numpy_does(source, target):
+    info = np.iinfo(target)
+    rng = np.random.default_rng(7)
+    x = rng.uniform(float(info.min), float(info.max), COMPILED_FROM * 2).astype(source)
+    x = np.clip(x, info.min, np.nextafter(source(float(info.max) + 1), source(0)))
+    x[:6] = [
+        info.min,
+        0.0,
+        -0.0,
+        0.99,
+        info.min + 0.5,
+        np.nextafter(source(float(info.max) + 1), 0),
+    ]
+    out = np.full(x.shape, 1, np.dtype(target))
+    assert compiled_cast(x, out)
+    np.testing.assert_array_equal(out, x.astype(target))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 2.0**31, -(2.0**31) - 256])
+def test_a_value_out_of_range_leaves_the_cast_to_the_reference_rules(bad):
+    x = np.zeros(COMPILED_FROM, np.float32)
+    x[-1] = bad
+    out = np.full(x.shape, 5, np.int32)
+    assert not compiled_cast(x, out)
+    assert np.all(out == 5)
+    (node,) = run_node("Cast", [x], {"to": 6}, opset=19)  # the reference rules' answer
+    assert node[:-1].tolist() == [0] * (COMPILED_FROM - 1)
+
+
+def test_a_cast_over_its_own_input_checks_before_it_writes():
+    x = np.arange(COMPILED_FROM, dtype=np.float32) - 7.5
+    x[5] = np.nan
+    as_int = x.view(np.int32)
+    assert not compiled_cast(x, as_int)
+    assert np.isnan(x[5]) and x[6] == -1.5

@@ -29,7 +29,7 @@ from onemodel.backends import blocking
 # elements against exp's 0.13, AMD EPYC with AVX-512), so this is 14 passes and a tanh where the
 # rational form x·P₆(x²)/Q₄(x²) took 25. Beyond 3.92 x·P(x²) exceeds 9 (tanh rounds to 1 there)
 # and grows to +inf (P's top coefficient is positive): no clamp, infinities give ±1, NaN stays NaN.
-_ERF_TANH = (1.1283792739913185, 0.10276905770949175, -0.00019183294901383569,
+ERF_TANH = (1.1283792739913185, 0.10276905770949175, -0.00019183294901383569,
              -0.0006197848330954919, 8.763823707575585e-05, -5.668783271538247e-06,
              1.4188079268395715e-07)  # fmt: skip
 
@@ -41,7 +41,7 @@ def _scaled_argument(coefficients: tuple[float, ...], argument: float) -> tuple[
 
 # Gelu's Φ(x) = (1 + erf(x/√2))/2 = (1 + tanh(h·P'(h²)))/2 with h = x/2 (erf's argument x/√2 is
 # h·√2): Gelu(x) = h·(1 + tanh(h·P'(h²))).
-GELU_ERF_TANH = _scaled_argument(_ERF_TANH, math.sqrt(2.0))
+GELU_ERF_TANH = _scaled_argument(ERF_TANH, math.sqrt(2.0))
 
 
 def run_blocked(
@@ -166,7 +166,7 @@ def _tanh_of_odd_polynomial(
 
 def erf(xp: Any, x: Any, out: Any, work: list[Any]) -> None:
     """erf of float32 x into out as tanh(x·P(x²)), within 4 float32 ulps."""
-    _tanh_of_odd_polynomial(xp, x, out, work[0], work[1], _ERF_TANH)
+    _tanh_of_odd_polynomial(xp, x, out, work[0], work[1], ERF_TANH)
 
 
 def gelu(xp: Any, x: Any, out: Any, work: list[Any]) -> None:

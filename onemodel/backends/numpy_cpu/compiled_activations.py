@@ -7,7 +7,7 @@ does: the NumPy forms' bits, NaN, ±0 and ±inf included. Sigmoid, Swish and Gel
 are x·1/(1 + e^(-x·Q(x²))) or its gate alone (numpy_cpu/compiled_exponentials.py): Gelu's
 h·(1 + tanh(u)) with h = x/2 is x/(1 + e^(-2u)), with no 1 + tanh(u) to cancel in the negative
 tail; Sigmoid and Swish are within 3·2^-24 relative, where the NumPy forms' tanh is within
-2^-24 absolute.
+2^-24 absolute. Erf is the NumPy form's tanh(x·P(x²)) with tanh from e^(-2|u|) - 1.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from onemodel.backends.numpy_cpu.compiled_exponentials import (
     BLOCK,
     GATE,
     GATE_TIMES_X,
+    TANH_OF_ODD,
     exponentials,
 )
 
@@ -74,6 +75,7 @@ _NO_PEAKS = np.zeros(1, np.float32)
 # (backends/activations.py) gives 2u = x·Σ P'_k·(x²/4)^k; the tanh form's u = √(2/π)·(x +
 # 0.044715·x³) gives 2u = x·(2√(2/π) + 2√(2/π)·0.044715·x²). No 1 + tanh to cancel.
 _GELU_ERF = tuple(_F(c / 4.0**k) for k, c in enumerate(activations.GELU_ERF_TANH))
+_ERF = tuple(_F(c) for c in activations.ERF_TANH)
 _GELU_TANH_FORM = (_F(2 * math.sqrt(2 / math.pi)), _F(2 * math.sqrt(2 / math.pi) * 0.044715))
 # backends/activations.py's kernel → (its compiled one-pass form, its arguments after x and
 # out from the kernel's parameters). 256k elements, ms, compiled against NumPy (AMD EPYC, one
@@ -88,6 +90,7 @@ COMPILED: dict[Callable[..., None], tuple[Callable[..., None], Callable[..., tup
     activations.sigmoid: (exponentials, lambda: _gate((_F(1),), GATE)),
     activations.gelu: (exponentials, lambda: _gate(_GELU_ERF, GATE_TIMES_X)),
     activations.gelu_tanh: (exponentials, lambda: _gate(_GELU_TANH_FORM, GATE_TIMES_X)),
+    activations.erf: (exponentials, lambda: _gate(_ERF, TANH_OF_ODD)),
 }
 # The forms that give the NumPy forms' bits (each operation rounded as NumPy rounds it); the
 # sigmoid gate (numpy_cpu/compiled_exponentials.py) is its own function, contracted into fused

@@ -1,9 +1,12 @@
-"""Cast between float32 and float16 compiled by numba (numpy_cpu/compiled.py): the bit
+"""Casts compiled by numba (numpy_cpu/compiled.py). Between float32 and float16: the bit
 operations of backends/casts.py, each rounded as there (so the same bits, NaN, ±0, ±inf and
 subnormals included), run loop by loop over a block in cache instead of pass by pass over the
 whole array. NumPy's own conversion is a scalar loop and casts.py's whole-array form 12 or 4
 passes; numba has no float16 type and no bit cast of a scalar, so the values move between
-their float and integer readings through two views of small block buffers.
+their float and integer readings through two views of small block buffers. Float32 and
+float64 to integers: casts.py's range check (every value truncates into the target's range,
+else the reference rules decide) as one counting pass, then the truncating conversion, where
+NumPy takes a minimum, a maximum and the conversion.
 """
 
 from __future__ import annotations
@@ -64,13 +67,41 @@ def _to_float32(half, out):
         bits[i] = bits[i] | (np.int32(0x7F800000) if special else np.int32(0))
 
 
-def compiled_cast(x: Any, out: Any) -> bool:
-    """out = x converted, for float32 to float16 or back over C-contiguous host arrays of at
-    least COMPILED_FROM elements; False, with nothing written, otherwise or without numba."""
-    pair = (x.dtype, out.dtype)
-    if pair not in ((np.float32, np.float16), (np.float16, np.float32)) or x.size < COMPILED_FROM:
+def _float_to_integer(x, out, low, high):
+    """out = x truncated toward zero where every value of x is in [low, high) (NaN is not),
+    and True; else False with nothing written. The check reads x first in full: out may be
+    x's memory."""
+    inside = 0
+    for i in range(x.shape[0]):
+        v = x[i]
+        inside += (v >= low) & (v < high)
+    if inside != x.shape[0]:
         return False
-    if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and out.flags.c_contiguous):
+    for i in range(x.shape[0]):
+        out[i] = x[i]
+    return True
+
+
+# The integer types a float converts to here.
+_INTEGERS = frozenset(np.dtype(t) for t in "bBhHiIlLqQ")
+
+
+def compiled_cast(x: Any, out: Any) -> bool:
+    """out = x converted, for float32 to float16 or back, or float32/float64 to an integer
+    type whose range holds every value, over C-contiguous host arrays of at least
+    COMPILED_FROM elements; False, with nothing written, otherwise or without numba."""
+    if x.size < COMPILED_FROM or not isinstance(x, np.ndarray):
+        return False
+    if not (x.flags.c_contiguous and out.flags.c_contiguous):
+        return False
+    if x.dtype in (np.float32, np.float64) and out.dtype in _INTEGERS:
+        kernel = jitted(_float_to_integer, contract=False)
+        if kernel is None:
+            return False
+        info = np.iinfo(out.dtype)  # [min, max + 1) as casts.py checks: exact in either float
+        low, high = x.dtype.type(info.min), x.dtype.type(float(info.max) + 1)
+        return bool(kernel(x.reshape(-1), out.reshape(-1), low, high))
+    if (x.dtype, out.dtype) not in ((np.float32, np.float16), (np.float16, np.float32)):
         return False
     if x.dtype == np.float32:
         kernel = jitted(_to_float16, contract=False)

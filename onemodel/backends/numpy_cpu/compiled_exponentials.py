@@ -1,6 +1,7 @@
 """The float32 kernels built on exp, compiled by numba (numpy_cpu/compiled.py) as one family:
-a sigmoid gate 1/(1 + e^(-x·Q(x²))) (Sigmoid, Swish, Gelu in both forms) in one pass over
-memory, and the shifted exponentials e^(x - max) of Softmax and LogSoftmax along rows.
+a sigmoid gate 1/(1 + e^(-x·Q(x²))) (Sigmoid, Swish, Gelu in both forms) and Erf's
+tanh(x·P(x²)) in one pass over memory, and the shifted exponentials e^(x - max) of Softmax and
+LogSoftmax along rows.
 
 numba has no vectorised exp, so exp(t) is Cephes' expf written out: t = k·ln 2 + r with |r| ≤
 ln 2 / 2 (k rounded by the 1.5·2^23 trick), e^r a degree-6 polynomial (within 2 float32 ulps),
@@ -26,14 +27,26 @@ BLOCK = 512
 # The fewest elements a compiled Softmax takes: below, its five calls cost more than they save.
 SOFTMAX_FROM = 4096
 # What `exponentials` computes (its `mode`).
-GATE, GATE_TIMES_X, EXP_SHIFTED = 0, 1, 2
+GATE, GATE_TIMES_X, EXP_SHIFTED, TANH_OF_ODD = 0, 1, 2, 3
+# Below this |u|, tanh(u) is Cephes' odd polynomial u + u·z·T(z), z = u², T lowest first;
+# above, (1 - e^(-2|u|))/(1 + e^(-2|u|)), which no longer cancels much there.
+TANH_POLYNOMIAL_BELOW = 0.625
+# Below this |u|, tanh(u) is u to float32's precision (u³/3 is under 2^-25·|u|), which also
+# keeps -0's sign (u + u·z·T(z) would make it +0).
+TANH_LINEAR_BELOW = 2.0**-12
+TANH_POLYNOMIAL = tuple(
+    np.float32(c)
+    for c in (-3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2,
+              -5.70498872745e-3)
+)  # fmt: skip
 
 
 def exponentials(x, out, peaks, coefficients, mode, gate, bits):
     """Along each row of x and out (2-D, C-contiguous, float32; out may be x):
     GATE: g = 1/(1 + e^(-x·Q(x²))), Q's `coefficients` lowest first (a tuple: its length is the
     specialisation's), NaN kept; GATE_TIMES_X: x·g; EXP_SHIFTED: e^(x - peaks[row]), NaN
-    where x - peaks[row] is NaN."""
+    where x - peaks[row] is NaN; TANH_OF_ODD: tanh(u), u = x·Q(x²), as Cephes' tanhf (u is
+    kept in out between the block's two loops)."""
     low, high = np.float32(EXP_LOW), np.float32(EXP_HIGH)
     log2e, rounding = np.float32(1.4426950408889634), np.float32(12582912.0)
     zero, one, two = np.float32(0), np.float32(1), np.float32(2)
@@ -53,6 +66,10 @@ def exponentials(x, out, peaks, coefficients, mode, gate, bits):
     size = gate.shape[0]
     rows, length = x.shape
     rowwise = mode == EXP_SHIFTED
+    odd = mode == TANH_OF_ODD
+    polynomial_below = np.float32(TANH_POLYNOMIAL_BELOW)
+    linear_below = np.float32(TANH_LINEAR_BELOW)
+    t0, t1, t2, t3, t4 = TANH_POLYNOMIAL
     for row in range(rows):
         source, target = x[row], out[row]
         shift = peaks[row] if rowwise else zero
@@ -72,6 +89,9 @@ def exponentials(x, out, peaks, coefficients, mode, gate, bits):
                     for k in range(degree - 1, -1, -1):
                         q = q * square + coefficients[k]
                     t = -(v * q)
+                    if odd:
+                        result[i] = -t
+                        t = -two * abs(t)
                 below = t < low
                 t = low if below else t  # NaN stays NaN
                 t = high if t > high else t
@@ -81,7 +101,17 @@ def exponentials(x, out, peaks, coefficients, mode, gate, bits):
                 p = p * r * r + r + one
                 gate[i] = zero if below else p
                 bits[i] = (np.int32(k) + np.int32(126)) << np.int32(23)
-            if mode <= GATE_TIMES_X:
+            if odd:
+                for i in range(count):
+                    u = result[i]
+                    e = gate[i] * scales[i] * two
+                    far = (one - e) / (one + e)
+                    far = -far if u < zero else far
+                    z = u * u
+                    near = u + u * z * ((((t4 * z + t3) * z + t2) * z + t1) * z + t0)
+                    near = u if abs(u) < linear_below else near
+                    result[i] = near if abs(u) < polynomial_below else far
+            elif mode <= GATE_TIMES_X:
                 for i in range(count):
                     gate[i] = one / (one + gate[i] * scales[i] * two)
                 if mode == GATE_TIMES_X:
