@@ -57,7 +57,7 @@ def test_every_compiled_kernel_is_tested():
 
 
 def test_erf_keeps_the_sign_of_zero_and_tiny_values_and_saturates():
-    x = np.concatenate([SPECIAL, np.float32([1e-30, -2.0**-126, 0.6249, 0.6251, 9.0, -40.0])])
+    x = np.concatenate([SPECIAL, np.float32([1e-30, -(2.0**-126), 0.6249, 0.6251, 9.0, -40.0])])
     out = np.full_like(x, 7.0)
     assert run_compiled(activations.erf, x, out, ())
     want = np.array([math.erf(v) if not math.isnan(v) else v for v in x.tolist()], np.float32)
