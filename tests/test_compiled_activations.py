@@ -67,12 +67,29 @@ def test_erf_keeps_the_sign_of_zero_and_tiny_values_and_saturates():
     np.testing.assert_allclose(out[~nan], want[~nan], rtol=4 * 2.0**-24, atol=0)
 
 
-def test_erf_in_place_reads_each_value_before_writing_it():
-    x = np.random.default_rng(5).standard_normal(3000).astype(np.float32) * 2
+def _parameters(kernel) -> tuple:
+    return {**PARAMETERS, **GATES}.get(kernel, [()])[0]
+
+
+@pytest.mark.parametrize(
+    "kernel", sorted(COMPILED, key=lambda k: k.__name__), ids=lambda k: k.__name__
+)
+def test_in_place_gives_what_apart_gives(kernel):
+    """out may be x's memory (the planner reuses a dead input's buffer): each kernel reads a
+    value before writing it, and takes its in-place loop there."""
+    x = np.random.default_rng(5).standard_normal(3000).astype(np.float32) * 4
+    x[::97] = SPECIAL[0]
     apart = np.empty_like(x)
-    assert run_compiled(activations.erf, x, apart, ())
-    assert run_compiled(activations.erf, x, x, ())
+    assert run_compiled(kernel, x, apart, _parameters(kernel))
+    assert run_compiled(kernel, x, x, _parameters(kernel))
     np.testing.assert_array_equal(x, apart)
+
+
+def test_overlapping_but_shifted_arrays_are_declined_untouched():
+    values = np.arange(4001, dtype=np.float32)
+    for kernel in COMPILED:
+        assert not run_compiled(kernel, values[1:], values[:-1], _parameters(kernel))
+    np.testing.assert_array_equal(values, np.arange(4001, dtype=np.float32))
 
 
 def test_gelu_tanh_is_x_times_the_sigmoid_of_2u_relatively_accurate():

@@ -42,7 +42,7 @@ def test_the_shifted_exponentials_are_within_an_ulp_of_float64(width):
     x = _rows(width, width, 12)
     peaks = np.maximum.reduce(x, axis=1)
     exps = np.full_like(x, np.nan)
-    buffers = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32)
+    buffers = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32), np.empty(1, np.float32)
     jitted(exponentials)(x, exps, peaks, (np.float32(0),), EXP_SHIFTED, *buffers)
     shifted = x.astype(np.float64) - peaks[:, None]
     want = np.exp(shifted)

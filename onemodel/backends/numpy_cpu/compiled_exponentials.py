@@ -41,12 +41,15 @@ TANH_POLYNOMIAL = tuple(
 )  # fmt: skip
 
 
-def exponentials(x, out, peaks, coefficients, mode, gate, bits):
+def exponentials(x, out, peaks, coefficients, mode, gate, bits, held):
     """Along each row of x and out (2-D, C-contiguous, float32; out may be x):
     GATE: g = 1/(1 + e^(-x·Q(x²))), Q's `coefficients` lowest first (a tuple: its length is the
     specialisation's), NaN kept; GATE_TIMES_X: x·g; EXP_SHIFTED: e^(x - peaks[row]), NaN
     where x - peaks[row] is NaN; TANH_OF_ODD: tanh(u), u = x·Q(x²), as Cephes' tanhf (u is
-    kept in out between the block's two loops)."""
+    kept in out between the block's two loops). `gate`, `bits` and `held` are block buffers:
+    the second loop reads x's values (or u) from `held`, never from x, because a loop that
+    reads and writes one array through two arguments is left scalar (the compiler's overlap
+    check fails when out is x: 7× slower in place)."""
     low, high = np.float32(EXP_LOW), np.float32(EXP_HIGH)
     log2e, rounding = np.float32(1.4426950408889634), np.float32(12582912.0)
     zero, one, two = np.float32(0), np.float32(1), np.float32(2)
@@ -90,8 +93,10 @@ def exponentials(x, out, peaks, coefficients, mode, gate, bits):
                         q = q * square + coefficients[k]
                     t = -(v * q)
                     if odd:
-                        result[i] = -t
+                        held[i] = -t
                         t = -two * abs(t)
+                    else:
+                        held[i] = v
                 below = t < low
                 t = low if below else t  # NaN stays NaN
                 t = high if t > high else t
@@ -103,7 +108,7 @@ def exponentials(x, out, peaks, coefficients, mode, gate, bits):
                 bits[i] = (np.int32(k) + np.int32(126)) << np.int32(23)
             if odd:
                 for i in range(count):
-                    u = result[i]
+                    u = held[i]
                     e = gate[i] * scales[i] * two
                     far = (one - e) / (one + e)
                     far = -far if u < zero else far
@@ -116,26 +121,33 @@ def exponentials(x, out, peaks, coefficients, mode, gate, bits):
                     gate[i] = one / (one + gate[i] * scales[i] * two)
                 if mode == GATE_TIMES_X:
                     for i in range(count):
-                        result[i] = part[i] * gate[i]
+                        result[i] = held[i] * gate[i]
                 else:
                     for i in range(count):
-                        v = part[i]
+                        v = held[i]
                         result[i] = v if v != v else gate[i]
             else:
                 for i in range(count):
                     result[i] = gate[i] * scales[i] * two
 
 
-def _rows_finished(source, factors, target, log):
-    """target = source - factors[row] (`log`) or source · factors[row], row by row."""
+def _rows_finished(source, factors, target, log, in_place):
+    """target = source - factors[row] (`log`) or source · factors[row], row by row; over
+    target alone where `in_place` (see compiled_activations.py: such a loop is left scalar
+    otherwise)."""
+
+    def f(v, factor):
+        return v - factor if log else v * factor
+
     for row in range(source.shape[0]):
-        factor, values, result = factors[row], source[row], target[row]
-        if log:
-            for i in range(values.shape[0]):
-                result[i] = values[i] - factor
+        factor, result = factors[row], target[row]
+        if in_place:
+            for i in range(result.shape[0]):
+                result[i] = f(result[i], factor)
         else:
-            for i in range(values.shape[0]):
-                result[i] = values[i] * factor
+            values = source[row]
+            for i in range(result.shape[0]):
+                result[i] = f(values[i], factor)
 
 
 def compiled_softmax(x: np.ndarray, out: np.ndarray, log: bool) -> bool:
@@ -153,7 +165,7 @@ def compiled_softmax(x: np.ndarray, out: np.ndarray, log: bool) -> bool:
     # NumPy's row maxima are vectorised, numba's loop for a maximum is not; a GEMV with ones
     # sums rows in a quarter of np.sum's time.
     peaks = np.maximum.reduce(rows, axis=1)
-    buffers = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32)
+    buffers = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32), np.empty(1, np.float32)
     # LogSoftmax reads x again after the exponentials: they go elsewhere where out is x.
     exps = np.empty_like(rows) if log and np.may_share_memory(x, out) else target
     kernel(rows, exps, peaks, (np.float32(0),), EXP_SHIFTED, *buffers)
@@ -162,5 +174,7 @@ def compiled_softmax(x: np.ndarray, out: np.ndarray, log: bool) -> bool:
         factors = np.add(np.log(totals, out=totals), peaks, out=totals)
     else:
         factors = np.reciprocal(totals, out=totals)
-    jitted(_rows_finished)(exps if not log else rows, factors, target, log)
+    source = rows if log else exps
+    in_place = source.__array_interface__["data"][0] == target.__array_interface__["data"][0]
+    jitted(_rows_finished)(source, factors, target, log, in_place)
     return True
