@@ -7,7 +7,7 @@ does: the NumPy forms' bits, NaN, ±0 and ±inf included. Sigmoid, Swish and Gel
 are x·1/(1 + e^(-x·Q(x²))) or its gate alone (numpy_cpu/compiled_exponentials.py): Gelu's
 h·(1 + tanh(u)) with h = x/2 is x/(1 + e^(-2u)), with no 1 + tanh(u) to cancel in the negative
 tail; Sigmoid and Swish are within 3·2^-24 relative, where the NumPy forms' tanh is within
-2^-24 absolute. Erf is the NumPy form's tanh(x·P(x²)) with tanh from e^(-2|u|) - 1.
+2^-24 absolute. Erf is the NumPy form's tanh(x·P(x²)) with Cephes' tanhf for the tanh.
 """
 
 from __future__ import annotations
@@ -29,62 +29,29 @@ from onemodel.backends.numpy_cpu.compiled_exponentials import (
     exponentials,
 )
 
-# Each one-pass kernel runs its element function `f` over out alone where `in_place` (out is
-# x's memory): a loop that reads and writes one array through two arguments is left scalar,
-# the compiler's overlap check failing (HardSwish at 256k in place 0.106 ms against 0.012).
+# What `_one_pass` computes (its `which`).
+HARD_SIGMOID, HARD_SWISH, LEAKY_RELU, THRESHOLDED_RELU = 0, 1, 2, 3
 
 
-def _hard_sigmoid(x, out, in_place, alpha, beta):
-    """clip(alpha·x + beta, 0, 1), NaN kept."""
-    zero, one = np.float32(0), np.float32(1)
-
-    def f(v):
-        gate = min(max(v * alpha + beta, zero), one)
-        return v if v != v else gate
-
-    if in_place:
-        for i in range(out.shape[0]):
-            out[i] = f(out[i])
-    else:
-        for i in range(x.shape[0]):
-            out[i] = f(x[i])
-
-
-def _hard_swish(x, out, in_place):
-    """x · clip(x/6 + 1/2, 0, 1), NaN kept."""
+def _one_pass(x, out, in_place, which, alpha, beta):
+    """out = the activation `which` of x, alpha and beta its parameters: HardSigmoid
+    clip(alpha·x + beta, 0, 1), HardSwish x·clip(x/6 + 1/2, 0, 1) (both NaN kept), LeakyRelu
+    x for x ≥ 0 (and NaN) and alpha·x below, ThresholdedRelu x where x > alpha, else +0 (NaN
+    too, as backends/activations.py gives it). The compiler makes a loop per `which` (it is
+    the same for a whole call). Where `in_place` (out is x's memory) the loop runs over out
+    alone: one that reads and writes one array through two arguments is left scalar, the
+    compiler's overlap check failing (HardSwish at 256k in place 0.106 ms against 0.012)."""
     zero, one = np.float32(0), np.float32(1)
     sixth, half = np.float32(1.0 / 6.0), np.float32(0.5)
 
     def f(v):
-        return v * min(max(v * sixth + half, zero), one)
-
-    if in_place:
-        for i in range(out.shape[0]):
-            out[i] = f(out[i])
-    else:
-        for i in range(x.shape[0]):
-            out[i] = f(x[i])
-
-
-def _leaky_relu(x, out, in_place, alpha):
-    """x for x ≥ 0 (and NaN), alpha·x below."""
-
-    def f(v):
-        return v * alpha if v < 0 else v
-
-    if in_place:
-        for i in range(out.shape[0]):
-            out[i] = f(out[i])
-    else:
-        for i in range(x.shape[0]):
-            out[i] = f(x[i])
-
-
-def _thresholded_relu(x, out, in_place, alpha):
-    """x where x > alpha, else +0 (NaN too, as backends/activations.py gives it)."""
-    zero = np.float32(0)
-
-    def f(v):
+        if which == HARD_SIGMOID:
+            gate = min(max(v * alpha + beta, zero), one)
+            return v if v != v else gate
+        if which == HARD_SWISH:
+            return v * min(max(v * sixth + half, zero), one)
+        if which == LEAKY_RELU:
+            return v * alpha if v < 0 else v
         return v if v > alpha else zero
 
     if in_place:
@@ -115,20 +82,16 @@ _GELU_TANH_FORM = (_F(2 * math.sqrt(2 / math.pi)), _F(2 * math.sqrt(2 / math.pi)
 # thread, one run): HardSigmoid 0.039 against 0.118, HardSwish 0.047 against 0.191, LeakyRelu
 # 0.039 against 0.086, ThresholdedRelu 0.038 against 0.124, SiLU 0.11 against 0.24.
 COMPILED: dict[Callable[..., None], tuple[Callable[..., None], Callable[..., tuple]]] = {
-    activations.hard_sigmoid: (_hard_sigmoid, lambda alpha, beta: (_F(alpha), _F(beta))),
-    activations.hard_swish: (_hard_swish, lambda: ()),
-    activations.leaky_relu: (_leaky_relu, lambda alpha: (_F(alpha),)),
-    activations.thresholded_relu: (_thresholded_relu, lambda alpha: (_F(alpha),)),
+    activations.hard_sigmoid: (_one_pass, lambda alpha, beta: (HARD_SIGMOID, _F(alpha), _F(beta))),
+    activations.hard_swish: (_one_pass, lambda: (HARD_SWISH, _F(0), _F(0))),
+    activations.leaky_relu: (_one_pass, lambda alpha: (LEAKY_RELU, _F(alpha), _F(0))),
+    activations.thresholded_relu: (_one_pass, lambda alpha: (THRESHOLDED_RELU, _F(alpha), _F(0))),
     activations.swish: (exponentials, lambda alpha: _gate((_F(alpha),), GATE_TIMES_X)),
     activations.sigmoid: (exponentials, lambda: _gate((_F(1),), GATE)),
     activations.gelu: (exponentials, lambda: _gate(_GELU_ERF, GATE_TIMES_X)),
     activations.gelu_tanh: (exponentials, lambda: _gate(_GELU_TANH_FORM, GATE_TIMES_X)),
     activations.erf: (exponentials, lambda: _gate(_ERF, TANH_OF_ODD)),
 }
-# The forms that give the NumPy forms' bits (each operation rounded as NumPy rounds it); the
-# sigmoid gate (numpy_cpu/compiled_exponentials.py) is its own function, contracted into fused
-# multiply-adds.
-_SAME_BITS = frozenset({_hard_sigmoid, _hard_swish, _leaky_relu, _thresholded_relu})
 
 
 def run_compiled(kernel: Callable[..., None], x: Any, out: Any, parameters: tuple) -> bool:
@@ -144,7 +107,9 @@ def run_compiled(kernel: Callable[..., None], x: Any, out: Any, parameters: tupl
             return False
         x, out = ordered
     function, arguments = entry
-    compiled = jitted(function, contract=function not in _SAME_BITS)
+    # `_one_pass` gives the NumPy forms' bits (each operation rounded as NumPy rounds it); the
+    # exp kernels are their own functions, contracted into fused multiply-adds.
+    compiled = jitted(function, contract=function is exponentials)
     if compiled is None:
         return False
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
