@@ -114,6 +114,14 @@ class ArrayKernels(ConvolutionKernels):
         """No compiled softmax here: the operator's array forms run."""
         return False
 
+    compiles_lstm = False
+
+    def compiled_lstm_steps(
+        self, projected: Any, rt: Any, states: Any, c: Any, backward: bool
+    ) -> bool:
+        """No compiled recurrence here: backends/recurrent.py's step loops run."""
+        return False
+
     # -- element-wise ------------------------------------------------------------------------
 
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:

@@ -89,6 +89,18 @@ class Kernels(Protocol):
         compiled form, True; or False, having written nothing, where the backend has none for
         these arrays (the NumPy backend's: numpy_cpu/compiled_exponentials.py)."""
 
+    compiles_lstm: bool
+    """Whether `compiled_lstm_steps` may take float32 layers (backends/recurrent.py then runs
+    a bidirectional layer a direction at a time)."""
+
+    def compiled_lstm_steps(
+        self, projected: Any, rt: Any, states: Any, c: Any, backward: bool
+    ) -> bool:
+        """Every step of an LSTM direction by a compiled loop (backends/recurrent.py's
+        `LSTMCells.compiled_loop` says what the arrays hold), True; or False, having written
+        nothing, where the backend has none for these arrays (the NumPy backend's:
+        numpy_cpu/compiled_recurrent.py)."""
+
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
         """out = a op b, element by element; all three have one shape."""
 

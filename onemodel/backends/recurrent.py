@@ -188,9 +188,11 @@ class Cells:
         y: Any | None,
         backward: bool,
         scratch: Scratch,
+        kernels: Any = None,
     ) -> tuple[Any, ...]:
         """The layer over x [T, B, I] from the initial states ([B, H] each), writing y
-        [T, B, H] when given; returns the final states ([B, H] each)."""
+        [T, B, H] when given; returns the final states ([B, H] each). With `kernels`, the
+        backend's compiled time loop runs where it has one (`compiled_loop`)."""
         steps, batch, size = x.shape
         hidden = initial[0].shape[1]
         if self.projects(batch, size, hidden):  # the state, then GRU's 1
@@ -210,10 +212,36 @@ class Cells:
         walk = held_walk(
             weights, lambda: Walk.of(projected, history, states, backward), projected, history
         )
-        others = self.loop(xp, walk, weights, initial[1:], scratch)
+        others = None
+        if kernels is not None and projected is not None:
+            others = self.compiled_loop(
+                xp, kernels, projected, weights, states, initial[1:], backward
+            )
+        if others is None:
+            others = self.loop(xp, walk, weights, initial[1:], scratch)
         if y is not None:
             y[...] = (states[:-1] if backward else states[1:]).transpose(0, 2, 1)
         return (states[steps - first].T, *others)
+
+    def compiles(self, kernels: Any, dtype: Any) -> bool:
+        """Whether `kernels` has a compiled time loop for these cells in `dtype`; such a
+        layer runs a direction at a time (`compiled_loop`), never `run_both`."""
+        return False
+
+    def compiled_loop(
+        self,
+        xp: Any,
+        kernels: Any,
+        projected: Any,
+        weights: CellWeights,
+        states: Any,
+        others: Sequence[Any],
+        backward: bool,
+    ) -> tuple[Any, ...] | None:
+        """Every step by the backend's compiled loop over the projection [T, B, N] and the
+        states [T + 1, H, B] (`loop`'s arguments otherwise), returning the final extra states;
+        None, having written nothing, where it has none."""
+        return None
 
     def projects(self, batch: int, size: int, hidden: int) -> bool:
         """Whether X·Wᵀ + bias is one GEMM before the loop (else x_t is in the step's)."""
@@ -402,6 +430,15 @@ class LSTMCells(Cells):
     order = (1, 0, 2, 3)  # ONNX: i, o, f, c
     sigmoid_gates = 3
     states = 2
+
+    def compiles(self, kernels: Any, dtype: Any) -> bool:
+        return dtype.name == "float32" and kernels.compiles_lstm
+
+    def compiled_loop(self, xp, kernels, projected, weights, states, others, backward):
+        cell = others[0].T.copy()  # c is updated in place: never the caller's initial_c
+        if not kernels.compiled_lstm_steps(projected, weights.rows[0], states, cell, backward):
+            return None
+        return (cell.T,)
 
     def loop(self, xp, walk, weights, others, scratch):
         batch, hidden = others[0].shape

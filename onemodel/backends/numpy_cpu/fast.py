@@ -16,6 +16,7 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.compiled_activations import run_compiled
 from onemodel.backends.numpy_cpu.compiled_casts import compiled_cast
 from onemodel.backends.numpy_cpu.compiled_exponentials import compiled_softmax
+from onemodel.backends.numpy_cpu.compiled_recurrent import compiled_lstm_steps, compiles_lstm
 from onemodel.backends.numpy_cpu.depthwise import grouped_conv, held_grouped, takes_grouped
 from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
@@ -76,6 +77,17 @@ class NumpyKernels(ArrayKernels):
     def compiled_softmax(self, x: Any, out: Any, log: bool) -> bool:
         """numba's rows (numpy_cpu/compiled_exponentials.py), where they apply."""
         return compiled_softmax(x, out, log)
+
+    @property
+    def compiles_lstm(self) -> bool:
+        """Where numba is installed (numpy_cpu/compiled_recurrent.py)."""
+        return compiles_lstm()
+
+    def compiled_lstm_steps(
+        self, projected: Any, rt: Any, states: Any, c: Any, backward: bool
+    ) -> bool:
+        """numba's time loop (numpy_cpu/compiled_recurrent.py), where it applies."""
+        return compiled_lstm_steps(projected, rt, states, c, backward)
 
     def conv_weights(self, w: Any, group: int) -> Any:
         """The shared matrix, with the Winograd transform of a 3×3 filter that has one.

@@ -391,6 +391,7 @@ class Recurrent(PreparesConstants):
                 and self.directions == 2
                 and x.shape[1] == 1
                 and self.cells.joins(inputs[_R].shape[2], x.dtype.itemsize)
+                and not self.cells.compiles(ctx.kernels, x.dtype)
             )
             both = self._run_fused_both(ctx, prepared, inputs, x, y, cast) if joint else None
             for d in range(self.directions):
@@ -517,7 +518,9 @@ class Recurrent(PreparesConstants):
         ]
         backward = self.reverse or d == 1
         target = None if y is None else y[:, d]
-        return self.cells.run(xp, x, weights, initial, target, backward, ctx.scratch)
+        return self.cells.run(
+            xp, x, weights, initial, target, backward, ctx.scratch, kernels=ctx.kernels
+        )
 
     def _run_fused_both(
         self,
