@@ -567,13 +567,13 @@ def test_bidirectional_one_entry_in_one_loop_matches_onnxruntime(
     op: str, lbr: int, batch: int, outputs: list[str], options: set[str], monkeypatch
 ) -> None:
     """One batch entry runs both directions in one loop (`Cells.run_both`), a batch one loop
-    per direction, and so does an LSTM whose backend compiles its loop (a direction at a
-    time: numpy_cpu/compiled_recurrent.py); either way onnxruntime's results, whichever
-    outputs are asked for."""
+    per direction, and so do an LSTM and a GRU whose backend compiles their loops (a
+    direction at a time: numpy_cpu/compiled_recurrent.py); either way onnxruntime's
+    results, whichever outputs are asked for."""
     import onnxruntime
 
     from onemodel.backends import recurrent
-    from onemodel.backends.numpy_cpu.compiled_recurrent import compiles_lstm
+    from onemodel.backends.numpy_cpu.compiled_recurrent import compiles
 
     joint = []
     original = recurrent.Cells.run_both
@@ -582,7 +582,7 @@ def test_bidirectional_one_entry_in_one_loop_matches_onnxruntime(
     )
     model, feeds = _bidirectional_layer(op, lbr, batch, outputs, options)
     ours = Session.create(model_from_proto(model), SessionOptions()).run(None, feeds)
-    assert len(joint) == (batch == 1 and not (op == "LSTM" and compiles_lstm()))
+    assert len(joint) == (batch == 1 and not (op in ("LSTM", "GRU") and compiles()))
     full = [name or f"unnamed{k}" for k, name in enumerate(["y", "y_h", "y_c"][: len(outputs)])]
     oracle_model, _ = _bidirectional_layer(op, lbr, batch, full, options)
     theirs = onnxruntime.InferenceSession(

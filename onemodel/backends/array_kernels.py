@@ -114,11 +114,18 @@ class ArrayKernels(ConvolutionKernels):
         """No compiled softmax here: the operator's array forms run."""
         return False
 
-    compiles_lstm = False
+    compiles_recurrent_loops = False
 
     def compiled_lstm_steps(
         self, projected: Any, rt: Any, states: Any, c: Any, backward: bool
     ) -> bool:
+        """No compiled recurrence here: backends/recurrent.py's step loops run."""
+        return False
+
+    def compiled_gru_steps(
+        self, projected: Any, rzr: Any, rn: Any, bias_n: Any, states: Any, backward: bool,
+        before_reset: bool,
+    ) -> bool:  # fmt: skip
         """No compiled recurrence here: backends/recurrent.py's step loops run."""
         return False
 

@@ -89,9 +89,9 @@ class Kernels(Protocol):
         compiled form, True; or False, having written nothing, where the backend has none for
         these arrays (the NumPy backend's: numpy_cpu/compiled_exponentials.py)."""
 
-    compiles_lstm: bool
-    """Whether `compiled_lstm_steps` may take float32 layers (backends/recurrent.py then runs
-    a bidirectional layer a direction at a time)."""
+    compiles_recurrent_loops: bool
+    """Whether `compiled_lstm_steps` and `compiled_gru_steps` may take float32 layers
+    (backends/recurrent.py then runs a bidirectional layer a direction at a time)."""
 
     def compiled_lstm_steps(
         self, projected: Any, rt: Any, states: Any, c: Any, backward: bool
@@ -100,6 +100,14 @@ class Kernels(Protocol):
         `LSTMCells.compiled_loop` says what the arrays hold), True; or False, having written
         nothing, where the backend has none for these arrays (the NumPy backend's:
         numpy_cpu/compiled_recurrent.py)."""
+
+    def compiled_gru_steps(
+        self, projected: Any, rzr: Any, rn: Any, bias_n: Any, states: Any, backward: bool,
+        before_reset: bool,
+    ) -> bool:  # fmt: skip
+        """Every step of a GRU direction by a compiled loop (`GRUCells.compiled_loop` says
+        what the arrays hold), True; or False, having written nothing, where the backend has
+        none for these arrays."""
 
     def binary(self, op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> None:
         """out = a op b, element by element; all three have one shape."""

@@ -94,6 +94,12 @@ class CellWeights:
         """The products M·H, M [N, K], over (parts of) the column [x_t; 1; h]."""
         return self.cells.columns(self.xp, self.inputs.T, self.rows)
 
+    @functools.cached_property
+    def compiled_rows(self) -> tuple[Any, ...]:
+        """The recurrence matrices as a backend's compiled loop takes them (made on first
+        use: `Cells.compiled_rows`)."""
+        return self.cells.compiled_rows(self.xp, self.rows)
+
 
 def with_bias(xp: Any, w: Any, bias: Any) -> Any:
     """[W | bias]: the input weights [N, I] with the bias [N] as one more column."""
@@ -195,7 +201,8 @@ class Cells:
         backend's compiled time loop runs where it has one (`compiled_loop`)."""
         steps, batch, size = x.shape
         hidden = initial[0].shape[1]
-        if self.projects(batch, size, hidden):  # the state, then GRU's 1
+        compiled = kernels is not None and self.compiles(kernels, x.dtype)
+        if compiled or self.projects(batch, size, hidden):  # the state, then GRU's 1
             projected, offset = self._projected(xp, x, weights, scratch), 0
             history = scratch((steps + 1, hidden + self.ones_row, batch), x.dtype)
             if self.ones_row:
@@ -213,7 +220,7 @@ class Cells:
             weights, lambda: Walk.of(projected, history, states, backward), projected, history
         )
         others = None
-        if kernels is not None and projected is not None:
+        if compiled:  # every batch projects: the compiled loops read the projection
             others = self.compiled_loop(
                 xp, kernels, projected, weights, states, initial[1:], backward
             )
@@ -242,6 +249,10 @@ class Cells:
         states [T + 1, H, B] (`loop`'s arguments otherwise), returning the final extra states;
         None, having written nothing, where it has none."""
         return None
+
+    def compiled_rows(self, xp: Any, rows: tuple[Any, ...]) -> tuple[Any, ...]:
+        """`rows` as `compiled_loop` passes them on."""
+        return rows
 
     def projects(self, batch: int, size: int, hidden: int) -> bool:
         """Whether X·Wᵀ + bias is one GEMM before the loop (else x_t is in the step's)."""
@@ -432,11 +443,12 @@ class LSTMCells(Cells):
     states = 2
 
     def compiles(self, kernels: Any, dtype: Any) -> bool:
-        return dtype.name == "float32" and kernels.compiles_lstm
+        return dtype.name == "float32" and kernels.compiles_recurrent_loops
 
     def compiled_loop(self, xp, kernels, projected, weights, states, others, backward):
         cell = others[0].T.copy()  # c is updated in place: never the caller's initial_c
-        if not kernels.compiled_lstm_steps(projected, weights.rows[0], states, cell, backward):
+        (rt,) = weights.compiled_rows
+        if not kernels.compiled_lstm_steps(projected, rt, states, cell, backward):
             return None
         return (cell.T,)
 
@@ -507,6 +519,30 @@ class GRUCells(Cells):
             return CellWeights(xp, self, inputs, (xp.ascontiguousarray(with_rbn.T),))
         rows = (xp.ascontiguousarray(r[:size].T), xp.ascontiguousarray(r[size:].T))
         return CellWeights(xp, self, inputs, rows)
+
+    def compiles(self, kernels: Any, dtype: Any) -> bool:
+        return dtype.name == "float32" and kernels.compiles_recurrent_loops
+
+    def compiled_rows(self, xp, rows):
+        """z's and r's recurrence [H, 2H], n's [H, H] and its Rbn [H] (zeros without
+        linear_before_reset, whose Rbn is in the projection's bias), each contiguous."""
+        if not self.ones_row:
+            return rows[0], rows[1], xp.zeros(rows[1].shape[0], dtype=rows[1].dtype)
+        matrix = rows[0]  # [R | Rbn]ᵀ: [H + 1, 3H]
+        hidden = matrix.shape[0] - 1
+        return tuple(
+            xp.ascontiguousarray(part)
+            for part in (matrix[:hidden, : 2 * hidden], matrix[:hidden, 2 * hidden :],
+                         matrix[hidden, 2 * hidden :])
+        )  # fmt: skip
+
+    def compiled_loop(self, xp, kernels, projected, weights, states, others, backward):
+        rzr, rn, bias_n = weights.compiled_rows
+        if not kernels.compiled_gru_steps(
+            projected, rzr, rn, bias_n, states, backward, self.ones_row
+        ):
+            return None
+        return ()
 
     def columns(self, xp, inputs, rows):
         """[W | bias | R] of z and r, xn's [W | bias], then n's recurrence [Rbn | Rn] (over

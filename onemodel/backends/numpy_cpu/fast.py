@@ -16,7 +16,11 @@ from onemodel.backends.fp_errors import quiet
 from onemodel.backends.numpy_cpu.compiled_activations import run_compiled
 from onemodel.backends.numpy_cpu.compiled_casts import compiled_cast
 from onemodel.backends.numpy_cpu.compiled_exponentials import compiled_softmax
-from onemodel.backends.numpy_cpu.compiled_recurrent import compiled_lstm_steps, compiles_lstm
+from onemodel.backends.numpy_cpu.compiled_recurrent import (
+    compiled_gru_steps,
+    compiled_lstm_steps,
+    compiles,
+)
 from onemodel.backends.numpy_cpu.depthwise import grouped_conv, held_grouped, takes_grouped
 from onemodel.backends.numpy_cpu.held_conv import held_conv
 from onemodel.backends.numpy_cpu.movement import take_checked, transpose_copy
@@ -79,15 +83,22 @@ class NumpyKernels(ArrayKernels):
         return compiled_softmax(x, out, log)
 
     @property
-    def compiles_lstm(self) -> bool:
+    def compiles_recurrent_loops(self) -> bool:
         """Where numba is installed (numpy_cpu/compiled_recurrent.py)."""
-        return compiles_lstm()
+        return compiles()
 
     def compiled_lstm_steps(
         self, projected: Any, rt: Any, states: Any, c: Any, backward: bool
     ) -> bool:
         """numba's time loop (numpy_cpu/compiled_recurrent.py), where it applies."""
         return compiled_lstm_steps(projected, rt, states, c, backward)
+
+    def compiled_gru_steps(
+        self, projected: Any, rzr: Any, rn: Any, bias_n: Any, states: Any, backward: bool,
+        before_reset: bool,
+    ) -> bool:  # fmt: skip
+        """numba's time loop (numpy_cpu/compiled_recurrent.py), where it applies."""
+        return compiled_gru_steps(projected, rzr, rn, bias_n, states, backward, before_reset)
 
     def conv_weights(self, w: Any, group: int) -> Any:
         """The shared matrix, with the Winograd transform of a 3×3 filter that has one.
