@@ -165,6 +165,7 @@ class Cells:
     sigmoid_gates: ClassVar[int] = 0  # leading blocks (cells' order) a sigmoid activates
     states: ClassVar[int] = 1
     ones_row: ClassVar[bool] = False  # projected input: a row of ones under the state
+    has_compiled_loop: ClassVar[bool] = False  # `compiled_loop` asks the backend for one
 
     def prepare(self, xp: Any, w: Any, r: Any, wb: Any, rb: Any) -> CellWeights:
         """From one direction's W [gates·H, I], R [gates·H, H] and biases [gates·H] (ONNX
@@ -216,24 +217,27 @@ class Cells:
         states = history[:, offset : offset + hidden]
         first = steps if backward else 0
         states[first] = initial[0].T
-        walk = held_walk(
-            weights, lambda: Walk.of(projected, history, states, backward), projected, history
-        )
         others = None
         if compiled:  # every batch projects: the compiled loops read the projection
             others = self.compiled_loop(
                 xp, kernels, projected, weights, states, initial[1:], backward
             )
         if others is None:
+            walk = held_walk(
+                weights, lambda: Walk.of(projected, history, states, backward), projected, history
+            )
             others = self.loop(xp, walk, weights, initial[1:], scratch)
         if y is not None:
             y[...] = (states[:-1] if backward else states[1:]).transpose(0, 2, 1)
         return (states[steps - first].T, *others)
 
     def compiles(self, kernels: Any, dtype: Any) -> bool:
-        """Whether `kernels` has a compiled time loop for these cells in `dtype`; such a
-        layer runs a direction at a time (`compiled_loop`), never `run_both`."""
-        return False
+        """Whether `kernels` has a compiled time loop for these cells in `dtype` (float32,
+        cells with a `compiled_loop`); such a layer runs a direction at a time, never
+        `run_both`."""
+        return (
+            self.has_compiled_loop and dtype.name == "float32" and kernels.compiles_recurrent_loops
+        )
 
     def compiled_loop(
         self,
@@ -441,9 +445,7 @@ class LSTMCells(Cells):
     order = (1, 0, 2, 3)  # ONNX: i, o, f, c
     sigmoid_gates = 3
     states = 2
-
-    def compiles(self, kernels: Any, dtype: Any) -> bool:
-        return dtype.name == "float32" and kernels.compiles_recurrent_loops
+    has_compiled_loop = True
 
     def compiled_loop(self, xp, kernels, projected, weights, states, others, backward):
         cell = others[0].T.copy()  # c is updated in place: never the caller's initial_c
@@ -497,6 +499,7 @@ class GRUCells(Cells):
     gates = 3
     order = (0, 1, 2)
     sigmoid_gates = 2
+    has_compiled_loop = True
 
     def __init__(self, linear_before_reset: bool) -> None:
         self.ones_row = linear_before_reset
@@ -519,9 +522,6 @@ class GRUCells(Cells):
             return CellWeights(xp, self, inputs, (xp.ascontiguousarray(with_rbn.T),))
         rows = (xp.ascontiguousarray(r[:size].T), xp.ascontiguousarray(r[size:].T))
         return CellWeights(xp, self, inputs, rows)
-
-    def compiles(self, kernels: Any, dtype: Any) -> bool:
-        return dtype.name == "float32" and kernels.compiles_recurrent_loops
 
     def compiled_rows(self, xp, rows):
         """z's and r's recurrence [H, 2H], n's [H, H] and its Rbn [H] (zeros without

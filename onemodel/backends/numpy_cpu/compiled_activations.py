@@ -22,10 +22,11 @@ from onemodel.backends import activations
 from onemodel.backends.blocking import in_memory_order
 from onemodel.backends.numpy_cpu.compiled import jitted
 from onemodel.backends.numpy_cpu.compiled_exponentials import (
-    BLOCK,
     GATE,
     GATE_TIMES_X,
+    NO_PEAKS,
     TANH_OF_ODD,
+    block_buffers,
     exponentials,
 )
 
@@ -65,12 +66,10 @@ def _one_pass(x, out, in_place, which, alpha, beta):
 def _gate(coefficients: tuple, mode: int) -> tuple:
     """`exponentials`' arguments after x and out for a gate: no row maxima, Q, the mode, its
     block buffers."""
-    buffers = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32), np.empty(BLOCK, np.float32)
-    return _NO_PEAKS, coefficients, mode, *buffers
+    return NO_PEAKS, coefficients, mode, *block_buffers()
 
 
 _F = np.float32
-_NO_PEAKS = np.zeros(1, np.float32)
 # Gelu = h·(1 + tanh(u)) with h = x/2 = x/(1 + e^(-2u)): erf's form u = h·P'(h²)
 # (backends/activations.py) gives 2u = x·Σ P'_k·(x²/4)^k; the tanh form's u = √(2/π)·(x +
 # 0.044715·x³) gives 2u = x·(2√(2/π) + 2√(2/π)·0.044715·x²). No 1 + tanh to cancel.

@@ -41,6 +41,15 @@ TANH_POLYNOMIAL = tuple(
 )  # fmt: skip
 
 
+# The row maxima a call without rows of its own (every mode but EXP_SHIFTED) passes.
+NO_PEAKS = np.zeros(1, np.float32)
+
+
+def block_buffers() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`exponentials`' block buffers: the gate, the exponent bits, the held values."""
+    return np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32), np.empty(BLOCK, np.float32)
+
+
 def exponentials(x, out, peaks, coefficients, mode, gate, bits, held):
     """Along each row of x and out (2-D, C-contiguous, float32; out may be x):
     GATE: g = 1/(1 + e^(-x·Q(x²))), Q's `coefficients` lowest first (a tuple: its length is the
@@ -165,10 +174,9 @@ def compiled_softmax(x: np.ndarray, out: np.ndarray, log: bool) -> bool:
     # NumPy's row maxima are vectorised, numba's loop for a maximum is not; a GEMV with ones
     # sums rows in a quarter of np.sum's time.
     peaks = np.maximum.reduce(rows, axis=1)
-    buffers = np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32), np.empty(1, np.float32)
     # LogSoftmax reads x again after the exponentials: they go elsewhere where out is x.
     exps = np.empty_like(rows) if log and np.may_share_memory(x, out) else target
-    kernel(rows, exps, peaks, (np.float32(0),), EXP_SHIFTED, *buffers)
+    kernel(rows, exps, peaks, (np.float32(0),), EXP_SHIFTED, *block_buffers())
     totals = np.matmul(exps, np.ones(rows.shape[1], np.float32))
     if log:  # (x - max) - log Σ e^(x - max)
         factors = np.add(np.log(totals, out=totals), peaks, out=totals)

@@ -19,7 +19,7 @@ import numpy as np
 
 from onemodel.backends.numpy_cpu import compiled_exponentials
 from onemodel.backends.numpy_cpu.compiled import jitted
-from onemodel.backends.numpy_cpu.compiled_exponentials import BLOCK, TANH_OF_ODD
+from onemodel.backends.numpy_cpu.compiled_exponentials import NO_PEAKS, TANH_OF_ODD, block_buffers
 
 # The compiled `exponentials`, `_add_products` and `_sigmoids`, bound by `_compiled` before
 # the loops first compile: numba reads a called function from the caller's globals when it
@@ -145,10 +145,6 @@ def compiles() -> bool:
     return _compiled() is not None
 
 
-def _buffers() -> tuple[Any, ...]:
-    return (np.empty(BLOCK, np.float32), np.empty(BLOCK, np.int32), np.empty(BLOCK, np.float32))
-
-
 def _float32_arrays(*arrays: Any) -> bool:
     return all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays)
 
@@ -167,7 +163,7 @@ def compiled_lstm_steps(projected: Any, rt: Any, states: Any, c: Any, backward: 
     hidden, width = rt.shape
     batch = projected.shape[1]
     gates, cell = np.empty((batch, width), np.float32), np.empty((batch, hidden), np.float32)
-    loops[0](projected, rt, states, c, backward, gates, cell, _buffers(), _NO_PEAKS, _UNIT)
+    loops[0](projected, rt, states, c, backward, gates, cell, block_buffers(), NO_PEAKS, _UNIT)
     return True
 
 
@@ -190,10 +186,9 @@ def compiled_gru_steps(
     reset = np.empty((hidden, batch), np.float32)
     loops[1](
         projected, rzr, rn, bias_n, states, backward, before_reset, gates, candidate,
-        recurrence, reset, _buffers(), _NO_PEAKS, _UNIT,
+        recurrence, reset, block_buffers(), NO_PEAKS, _UNIT,
     )  # fmt: skip
     return True
 
 
-_NO_PEAKS = np.zeros(1, np.float32)
 _UNIT = (np.float32(1),)
